@@ -1,0 +1,179 @@
+"""The ``partarchive`` command line: run, get, status, demo.
+
+Every failure is one line on stderr and a non-zero exit: 1 for "not found", 2 for errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+import redis
+
+from archiver.config import DEFAULT_REDIS_URL, Config
+from archiver.engine import connect, open_engine
+from codec.errors import PartArchiveError
+
+EXIT_NOT_FOUND = 1
+EXIT_ERROR = 2
+
+
+class CliError(Exception):
+    """Raised by argument parsing; printed as one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        raise CliError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _Parser(add_help=False)
+    common.add_argument("--redis-url", help="Redis URL (default: $REDIS_URL)")
+    common.add_argument("--namespace", help="key namespace (default: elk, or $PARTARCHIVE_NAMESPACE)")
+    common.add_argument("--cluster", action="store_true", default=None, help="hash-tag keys for Redis Cluster")
+
+    parser = _Parser(prog="partarchive", description="Redis partition archival system")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", parents=[common], help="run the archiver daemon")
+    run.add_argument("--consumer", help="consumer name (default: host-pid-random)")
+    run.add_argument("--claim-idle-ms", type=int, help="take over entries idle this long (default 60000)")
+    run.add_argument("--read-count", type=int, help="entries per read (default 500)")
+    run.add_argument("--log-level", default="info")
+
+    get = sub.add_parser("get", parents=[common], help="where is partition PID")
+    get.add_argument("pid", help="partition id")
+    get.add_argument("--json", action="store_true")
+
+    status = sub.add_parser("status", parents=[common], help="layer sizes and queue backlog")
+    status.add_argument("--json", action="store_true")
+
+    demo = sub.add_parser("demo", parents=[common], help="the whole system on an embedded engine")
+    demo.add_argument("--partitions", type=int, default=20_000)
+    demo.add_argument("--workers", type=int, default=8)
+    demo.add_argument("--json", action="store_true")
+    demo.add_argument("--no-progress", action="store_true")
+    return parser
+
+
+def _config(args: argparse.Namespace) -> Config:
+    return Config.from_env(
+        redis_url=args.redis_url,
+        namespace=args.namespace,
+        cluster=args.cluster,
+        claim_idle_ms=getattr(args, "claim_idle_ms", None),
+        read_count=getattr(args, "read_count", None),
+    )
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def cmd_run(args: argparse.Namespace, config: Config) -> int:
+    from archiver.daemon import ArchiverDaemon
+    from archiver.logs import configure_logging
+
+    configure_logging(args.log_level)
+    client = connect(config.redis_url or DEFAULT_REDIS_URL)
+    ArchiverDaemon(client, config, consumer=args.consumer).run()
+    return 0
+
+
+def cmd_get(args: argparse.Namespace, config: Config) -> int:
+    from archiver.router import QueryRouter
+
+    try:
+        pid = int(args.pid)
+    except ValueError:
+        raise CliError(f"partition id must be an integer, got {args.pid!r}") from None
+    client = connect(config.redis_url or DEFAULT_REDIS_URL)
+    answer = QueryRouter(client, config.namespace, cluster=config.cluster).get(pid)
+    if args.json:
+        _print_json(answer.to_dict())
+    elif answer.found:
+        print(f"partition {pid}: {answer.status} (source: {answer.source}"
+              f"{', degraded' if answer.degraded else ''})")
+        if answer.partition is not None:
+            for key, value in answer.partition.to_dict().items():
+                print(f"  {key:15} {value}")
+        if answer.detail:
+            print(f"  {answer.detail}")
+    else:
+        print(f"partition {pid}: not found", file=sys.stderr)
+    return 0 if answer.found else EXIT_NOT_FOUND
+
+
+def cmd_status(args: argparse.Namespace, config: Config) -> int:
+    from archiver.status import collect_status, format_status
+
+    client = connect(config.redis_url or DEFAULT_REDIS_URL)
+    report = collect_status(client, config)
+    if args.json:
+        _print_json(report)
+    else:
+        print(format_status(report))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace, config: Config) -> int:
+    from archiver.demo import run_demo
+
+    if not 0 <= args.partitions <= 1_000_000:
+        raise CliError("--partitions must be in 0..1000000")
+    if not 1 <= args.workers <= 256:
+        raise CliError("--workers must be in 1..256")
+    with open_engine(config.redis_url) as engine:
+        where = "embedded valkey-server" if engine.embedded else engine.url
+        if not args.json:
+            print(f"engine: {where}; {args.partitions} partitions, {args.workers} workers")
+        report = run_demo(engine.client, config, partitions=args.partitions, workers=args.workers,
+                          engine=where, progress=not (args.no_progress or args.json))
+    if args.json:
+        _print_json(report.to_dict())
+    else:
+        rows = [
+            ("partitions created", report.partitions),
+            ("completed", report.completed),
+            ("failures retried", report.failures_retried),
+            ("active hash size", report.active_size),
+            ("archived (index)", report.archived),
+            ("found by the router", f"{report.found} ({report.found_in_archive} from the archive)"),
+            ("archive queue length", report.queue_length),
+            ("elapsed", f"{report.elapsed_s} s"),
+        ]
+        print("\npartarchive demo report")
+        for label, value in rows:
+            print(f"  {label:22} {value}")
+        print("  result                 " + ("OK" if report.ok else "MISMATCH"))
+    return 0 if report.ok else EXIT_ERROR
+
+
+COMMANDS = {"run": cmd_run, "get": cmd_get, "status": cmd_status, "demo": cmd_demo}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        config = _config(args)
+        return COMMANDS[args.command](args, config)
+    except CliError as exc:
+        print(f"partarchive: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except PartArchiveError as exc:
+        print(f"partarchive: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except redis.RedisError as exc:
+        print(f"partarchive: redis error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("partarchive: interrupted", file=sys.stderr)
+        return 130
+
+
+def entry_point() -> None:
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""Configuration of the processes: defaults, overridden by environment, overridden by flags."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from codec.errors import ValidationError
+from layers.keys import check_namespace
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    redis_url: str | None = None
+    namespace: str = "elk"
+    cluster: bool = False
+    read_count: int = 500
+    block_ms: int = 1000
+    claim_idle_ms: int = 60_000
+    drain_timeout_s: float = 10.0
+    lease_timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        check_namespace(self.namespace)
+        for name in ("read_count", "block_ms", "claim_idle_ms"):
+            if getattr(self, name) < 1:
+                raise ValidationError(f"{name} must be at least 1")
+        if self.drain_timeout_s <= 0 or self.lease_timeout_s <= 0:
+            raise ValidationError("timeouts must be positive")
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Config:
+        """``REDIS_URL`` and ``PARTARCHIVE_<FIELD>`` variables, then explicit overrides."""
+        env = dict(os.environ if env is None else env)
+        values: dict[str, Any] = {}
+        if env.get("REDIS_URL"):
+            values["redis_url"] = env["REDIS_URL"]
+        for f in fields(cls):
+            raw = env.get(f"PARTARCHIVE_{f.name.upper()}")
+            if raw is None or f.name == "redis_url":
+                continue
+            values[f.name] = _parse(f.name, raw, f.type)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return replace(cls(), **values)
+
+
+def _parse(name: str, raw: str, kind: Any) -> Any:
+    kind = str(kind)
+    try:
+        if kind.startswith("bool"):
+            return raw.strip().lower() in ("1", "true", "yes", "on")
+        if kind.startswith("int"):
+            return int(raw)
+        if kind.startswith("float"):
+            return float(raw)
+    except ValueError:
+        raise ValidationError(f"PARTARCHIVE_{name.upper()} must be a number, got {raw!r}") from None
+    return raw

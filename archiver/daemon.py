@@ -1,0 +1,134 @@
+"""The archiver daemon: reads the archive queue and writes the archive layer.
+
+One loop, one consumer of the ``archivers`` group. At start it re-reads what its own
+consumer name left pending; every round it first takes over entries that another
+(dead) replica left idle past ``claim_idle_ms``, then reads new entries. Entries are
+acknowledged (and deleted) by the same script that archives them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+import redis
+import structlog
+
+from codec import ArchivedPartition, DecodeError
+from layers import MAX_PARTITION_ID, ArchiveLayer, ArchiveQueue, KeySchema, QueueEntry
+from archiver.config import Config
+
+log = structlog.get_logger("partarchive.archiver")
+
+_HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def default_consumer_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class ArchiverDaemon:
+    def __init__(
+        self, redis_client: redis.Redis, config: Config, consumer: str | None = None
+    ) -> None:
+        self.config = config
+        self.keys = KeySchema(config.namespace, config.cluster)
+        self.queue = ArchiveQueue(redis_client, self.keys)
+        self.archive = ArchiveLayer(redis_client, self.keys)
+        self.consumer = consumer or default_consumer_name()
+        self.archived = 0
+        self.dead_lettered = 0
+        self._stop = threading.Event()
+        self._pause_after_read_s = float(os.environ.get("PARTARCHIVE_FAULT_PAUSE_AFTER_READ", "0"))
+
+    def stop(self) -> None:
+        """Ask the loop to finish the batch in hand and return."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def run(self, *, install_signals: bool = True) -> None:
+        """Run until `stop()` or SIGTERM/SIGINT; a second signal or the drain deadline exits hard."""
+        previous: dict[int, Any] = {}
+        if install_signals and threading.current_thread() is threading.main_thread():
+            for sig in _HANDLED_SIGNALS:
+                previous[sig] = signal.signal(sig, self._on_signal)
+        log.info("archiver started", consumer=self.consumer, namespace=self.config.namespace)
+        try:
+            self.queue.ensure_group()
+            self._process(self.queue.read_own_pending(self.consumer, self.config.read_count))
+            while not self._stop.is_set():
+                self._round_with_retry()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            log.info("archiver stopped", consumer=self.consumer, archived=self.archived)
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if self._stop.is_set():
+            log.warning("second signal, exiting now", signal=signum)
+            os._exit(128 + signum)
+        log.info("draining", signal=signum, deadline_s=self.config.drain_timeout_s)
+        self._stop.set()
+        deadline = threading.Timer(self.config.drain_timeout_s, _hard_exit, args=(signum,))
+        deadline.daemon = True
+        deadline.start()
+
+    def _round_with_retry(self) -> None:
+        try:
+            self.run_once()
+        except redis.ConnectionError as exc:
+            log.warning("redis unreachable, retrying", error=str(exc))
+            self._stop.wait(1.0)
+
+    def run_once(self) -> int:
+        """Take over idle entries, then read new ones; archive them. Returns entries handled."""
+        cfg = self.config
+        entries = self.queue.take_over(self.consumer, cfg.claim_idle_ms, cfg.read_count)
+        if entries:
+            log.info("took over idle entries", count=len(entries))
+        else:
+            entries = self.queue.read_new(self.consumer, cfg.read_count, cfg.block_ms)
+        return self._process(entries)
+
+    def _process(self, entries: list[QueueEntry]) -> int:
+        if not entries:
+            return 0
+        if self._pause_after_read_s:
+            time.sleep(self._pause_after_read_s)
+        good: list[tuple[str, ArchivedPartition]] = []
+        for entry in entries:
+            try:
+                part = ArchivedPartition.from_json(entry.payload)
+                if part.partition_id > MAX_PARTITION_ID:
+                    raise DecodeError(f"partition id {part.partition_id} is beyond the index")
+            except DecodeError as exc:
+                self.queue.dead_letter(entry, str(exc))
+                self.dead_lettered += 1
+                log.error("dead-lettered queue entry", entry=entry.entry_id, reason=str(exc))
+                continue
+            good.append((entry.entry_id, part))
+        self.archived += self.archive.write_simple(good)
+        return len(entries)
+
+
+def _hard_exit(signum: int) -> None:
+    log.error("drain deadline passed, exiting")
+    os._exit(128 + signum)
+
+
+def run_until(daemon: ArchiverDaemon, done: Callable[[], bool], poll_s: float = 0.05) -> None:
+    """Run the daemon's rounds in this thread until ``done()`` (used by the demo)."""
+    daemon.queue.ensure_group()
+    while not done() and not daemon.stopping:
+        if daemon.run_once() == 0:
+            time.sleep(poll_s)

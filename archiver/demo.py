@@ -1,0 +1,117 @@
+"""The whole system on one engine: leader, simulated workers, archiver, router, report."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from tqdm import tqdm
+
+from archiver.config import Config
+from archiver.daemon import ArchiverDaemon, run_until
+from archiver.router import QueryRouter, Source
+from layers import ActiveLayer, ArchiveLayer, KeySchema
+
+
+@dataclass(frozen=True, slots=True)
+class DemoReport:
+    partitions: int
+    completed: int
+    failures_retried: int
+    active_size: int
+    archived: int
+    found: int
+    found_in_archive: int
+    queue_length: int
+    elapsed_s: float
+    engine: str
+
+    @property
+    def ok(self) -> bool:
+        return self.active_size == 0 and self.found_in_archive == self.partitions
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self) | {"ok": self.ok}
+
+
+def _worker(active: ActiveLayer, name: str, fail_rate: float, stats: dict[str, int], lock: threading.Lock,
+            finished: threading.Event) -> None:
+    rng = random.Random(name)
+    failed_once: set[int] = set()
+    while not finished.is_set():
+        part = active.claim(name)
+        if part is None:
+            if active.retry_failed() == 0:
+                counts = active.counts()
+                if counts["pending"] == 0 and counts["failed"] == 0 and counts["claimed"] == 0 \
+                        and counts["running"] == 0:
+                    return
+                time.sleep(0.01)
+            continue
+        active.start(part.partition_id, name)
+        if part.partition_id not in failed_once and rng.random() < fail_rate:
+            failed_once.add(part.partition_id)
+            active.fail(part.partition_id, name, "simulated failure")
+            with lock:
+                stats["failed"] += 1
+            continue
+        active.complete(part.partition_id, name)
+        with lock:
+            stats["completed"] += 1
+
+
+def run_demo(client: redis.Redis, config: Config, *, partitions: int, workers: int,
+             engine: str, fail_rate: float = 0.01, progress: bool = True) -> DemoReport:
+    started = time.monotonic()
+    active = ActiveLayer(client, config.namespace, cluster=config.cluster,
+                         lease_timeout=config.lease_timeout_s)
+    pids = active.create_partitions(1, partitions * 1000, 1000) if partitions else range(0)
+    stats = {"completed": 0, "failed": 0}
+    lock = threading.Lock()
+    finished = threading.Event()
+    threads = [
+        threading.Thread(target=_worker, args=(active, f"worker{i + 1}", fail_rate, stats, lock, finished),
+                         daemon=True)
+        for i in range(workers)
+    ]
+    daemon = ArchiverDaemon(client, config, consumer="demo-archiver")
+    archive = ArchiveLayer(client, KeySchema(config.namespace, config.cluster))
+    queue_keys = daemon.keys
+
+    def drained() -> bool:
+        return not any(t.is_alive() for t in threads) and client.xlen(queue_keys.queue) == 0
+
+    archiver_thread = threading.Thread(target=run_until, args=(daemon, drained), daemon=True)
+    for t in threads:
+        t.start()
+    archiver_thread.start()
+    with tqdm(total=len(pids), desc="archived", unit="part", disable=not progress) as bar:
+        while archiver_thread.is_alive():
+            archiver_thread.join(0.2)
+            bar.update(min(daemon.archived, len(pids)) - bar.n)
+        bar.update(min(daemon.archived, len(pids)) - bar.n)
+    finished.set()
+    router = QueryRouter(client, config.namespace, cluster=config.cluster)
+    found = in_archive = 0
+    for pid in pids:
+        answer = router.get(pid)
+        found += answer.found
+        in_archive += answer.source is Source.SIMPLE and not answer.degraded
+    return DemoReport(
+        partitions=len(pids),
+        completed=stats["completed"],
+        failures_retried=stats["failed"],
+        active_size=active.size(),
+        archived=archive.archived_total(),
+        found=found,
+        found_in_archive=in_archive,
+        queue_length=int(client.xlen(queue_keys.queue)),  # type: ignore[arg-type]
+        elapsed_s=round(time.monotonic() - started, 2),
+        engine=engine,
+    )

@@ -1,0 +1,47 @@
+"""``partarchive status``: layer sizes and queue backlog, as data and as a table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from archiver.config import Config
+from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema
+
+
+def collect_status(client: redis.Redis, config: Config) -> dict[str, Any]:
+    keys = KeySchema(config.namespace, config.cluster)
+    active = ActiveLayer(client, config.namespace, cluster=config.cluster)
+    archive = ArchiveLayer(client, keys)
+    queue = ArchiveQueue(client, keys).state()
+    memory = client.info("memory")
+    return {
+        "namespace": config.namespace,
+        "active": {"size": active.size(), "by_status": active.counts()},
+        "archive": {"archived_total": archive.archived_total(), "simple_tier": archive.simple_size()},
+        "queue": {
+            "backlog": queue.length,
+            "pending": queue.pending,
+            "oldest_pending_age_s": round(queue.oldest_pending_age_s, 3),
+            "consumers": queue.consumers,
+            "dead_letters": queue.dead_letters,
+        },
+        "redis": {"used_memory": int(memory["used_memory"])},  # type: ignore[index]
+    }
+
+
+def format_status(report: dict[str, Any]) -> str:
+    a, ar, q = report["active"], report["archive"], report["queue"]
+    by_status = ", ".join(f"{k} {v}" for k, v in a["by_status"].items())
+    rows = [
+        ("namespace", report["namespace"]),
+        ("active partitions", f"{a['size']} ({by_status})"),
+        ("archived (index)", ar["archived_total"]),
+        ("simple tier", ar["simple_tier"]),
+        ("queue backlog", f"{q['backlog']} ({q['pending']} pending, oldest {q['oldest_pending_age_s']} s)"),
+        ("dead letters", q["dead_letters"]),
+        ("redis used_memory", f"{report['redis']['used_memory']:,} B"),
+    ]
+    width = max(len(label) for label, _ in rows)
+    return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)

@@ -1,0 +1,146 @@
+"""The partition record types and their JSON form.
+
+`PartitionInfo` is the active-layer record with the field names of the original
+`PartitionInfo` JSON (plus `claimed_at`, from which the completion duration is
+computed). `ArchivedPartition` is what the archive keeps of a completed partition.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+
+from codec.errors import DecodeError, ValidationError
+from codec.validate import (
+    MAX_DURATION,
+    MAX_ERROR_BYTES,
+    MAX_TIMESTAMP,
+    check_int,
+    check_pid,
+    check_range,
+    check_text,
+    check_worker_id,
+)
+
+MAX_OPTIONS_BYTES = 16384
+
+
+class Status(str, enum.Enum):
+    PENDING = "pending"
+    CLAIMED = "claimed"
+    RUNNING = "running"
+    FAILED = "failed"
+    COMPLETED = "completed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+ACTIVE_STATUSES = (Status.PENDING, Status.CLAIMED, Status.RUNNING, Status.FAILED)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition_id: int
+    min_id: int
+    max_id: int
+    status: Status = Status.PENDING
+    worker_id: str = ""
+    version: int = 0
+    error: str = ""
+    created_at: int = 0
+    updated_at: int = 0
+    last_heartbeat: int = 0
+    claimed_at: int = 0
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_pid(self.partition_id)
+        check_range(self.min_id, self.max_id)
+        if not isinstance(self.status, Status):
+            try:
+                object.__setattr__(self, "status", Status(self.status))
+            except ValueError:
+                raise ValidationError(f"unknown status {self.status!r}") from None
+        if self.worker_id:
+            check_worker_id(self.worker_id)
+        elif not isinstance(self.worker_id, str):
+            raise ValidationError("worker_id must be a string")
+        check_int("version", self.version, 0, 2**53)
+        check_text("error", self.error, MAX_ERROR_BYTES, allow_empty=True, multiline=True)
+        if not isinstance(self.options, dict):
+            raise ValidationError("options must be a JSON object")
+        for name in ("created_at", "updated_at", "last_heartbeat", "claimed_at"):
+            check_int(name, getattr(self, name), 0, MAX_TIMESTAMP)
+
+    @property
+    def processed_data(self) -> int:
+        return self.max_id - self.min_id + 1
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["status"] = self.status.value
+        return data
+
+    def to_json(self) -> bytes:
+        try:
+            blob = orjson.dumps(self.to_dict())
+        except TypeError as exc:
+            raise ValidationError(f"options are not JSON-serialisable: {exc}") from None
+        if len(blob) > MAX_OPTIONS_BYTES + MAX_ERROR_BYTES + 2048:
+            raise ValidationError("record is too large")
+        return blob
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> PartitionInfo:
+        return _from_json(cls, raw)
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivedPartition:
+    partition_id: int
+    min_id: int
+    max_id: int
+    worker_id: str
+    completed_at: int
+    duration: int
+
+    def __post_init__(self) -> None:
+        check_pid(self.partition_id)
+        check_range(self.min_id, self.max_id)
+        check_worker_id(self.worker_id)
+        check_int("completed_at", self.completed_at, 0, MAX_TIMESTAMP)
+        check_int("duration", self.duration, 0, MAX_DURATION)
+
+    @property
+    def processed_data(self) -> int:
+        return self.max_id - self.min_id + 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> ArchivedPartition:
+        return _from_json(cls, raw)
+
+
+def _from_json(cls: Any, raw: bytes | str) -> Any:
+    """Parse stored JSON into `cls`; anything malformed is a `DecodeError`."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise DecodeError("record JSON is not an object")
+    try:
+        return cls(**data)
+    except TypeError as exc:
+        raise DecodeError(f"record JSON has the wrong fields: {exc}") from None
+    except ValidationError as exc:
+        raise DecodeError(f"record JSON is invalid: {exc}") from None

@@ -1,0 +1,57 @@
+"""Range and shape checks shared by the record types and the encoders."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from codec.errors import ValidationError
+
+MAX_ID = 2**53
+MAX_TIMESTAMP = 2**40
+MAX_DURATION = 10**9
+MAX_WORKER_ID_BYTES = 256
+MAX_ERROR_BYTES = 8192
+
+
+def check_int(name: str, value: Any, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(f"{name} must be an integer, got {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise ValidationError(f"{name} must be in {lo}..{hi}, got {value}")
+    return value
+
+
+def check_pid(value: Any) -> int:
+    return check_int("partition_id", value, 1, MAX_ID)
+
+
+def check_range(min_id: Any, max_id: Any) -> tuple[int, int]:
+    check_int("min_id", min_id, 0, MAX_ID)
+    check_int("max_id", max_id, 0, MAX_ID)
+    if max_id < min_id:
+        raise ValidationError(f"inverted range: min_id {min_id} > max_id {max_id}")
+    return min_id, max_id
+
+
+def check_text(
+    name: str, value: Any, max_bytes: int, *, allow_empty: bool, multiline: bool = False
+) -> str:
+    """Reject non-strings, empty (unless allowed), oversized, unencodable or control-character text."""
+    if not isinstance(value, str):
+        raise ValidationError(f"{name} must be a string, got {type(value).__name__}")
+    if not value and not allow_empty:
+        raise ValidationError(f"{name} must not be empty")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValidationError(f"{name} is not valid unicode text") from None
+    if size > max_bytes:
+        raise ValidationError(f"{name} is {size} bytes, the limit is {max_bytes}")
+    allowed = "\n\t" if multiline else ""
+    if any((ord(ch) < 32 or ord(ch) == 127) and ch not in allowed for ch in value):
+        raise ValidationError(f"{name} contains control characters")
+    return value
+
+
+def check_worker_id(value: Any) -> str:
+    return check_text("worker_id", value, MAX_WORKER_ID_BYTES, allow_empty=False)

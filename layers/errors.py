@@ -1,0 +1,19 @@
+"""Typed errors of the Redis-backed layers."""
+
+from codec.errors import PartArchiveError
+
+
+class PartitionNotFound(PartArchiveError, LookupError):
+    """No active partition has this id (it never existed, or it is no longer active)."""
+
+
+class NotOwner(PartArchiveError):
+    """The partition is held by another worker."""
+
+
+class InvalidTransition(PartArchiveError):
+    """The partition is not in a status that allows this operation."""
+
+
+class VersionConflict(PartArchiveError):
+    """The partition changed since the version the caller expected."""

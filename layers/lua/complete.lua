@@ -1,0 +1,38 @@
+-- Complete a partition: remove it from the active layer and append it to the archive queue,
+-- atomically. A second call finds the `done` bit and appends nothing.
+-- KEYS[1] active hash   KEYS[2] leases zset   KEYS[3] counts hash   KEYS[4] done bitmap
+-- KEYS[5] archive queue stream
+-- ARGV[1] pid   ARGV[2] worker_id   ARGV[3] expected version ('' = any)   ARGV[4] now (unix ms)
+-- Returns {'ok', archived JSON, stream entry id} | {'already'} | {'err', code, detail}.
+local pid, worker = ARGV[1], ARGV[2]
+local raw = redis.call('HGET', KEYS[1], pid)
+if not raw then
+  if redis.call('GETBIT', KEYS[4], pid) == 1 then
+    return {'already'}
+  end
+  return {'err', 'not_found', ''}
+end
+local rec = cjson.decode(raw)
+if not is_leased(rec.status) then
+  return {'err', 'bad_state', rec.status}
+end
+if rec.worker_id ~= worker then
+  return {'err', 'not_owner', rec.worker_id}
+end
+if ARGV[3] ~= '' and tonumber(ARGV[3]) ~= rec.version then
+  return {'err', 'version', int(rec.version)}
+end
+local completed_at = math.floor(tonumber(ARGV[4]) / 1000)
+local duration = math.max(0, completed_at - rec.claimed_at)
+local archived = '{"partition_id":' .. int(rec.partition_id)
+  .. ',"min_id":' .. int(rec.min_id)
+  .. ',"max_id":' .. int(rec.max_id)
+  .. ',"worker_id":' .. cjson.encode(rec.worker_id)
+  .. ',"completed_at":' .. int(completed_at)
+  .. ',"duration":' .. int(duration) .. '}'
+redis.call('HDEL', KEYS[1], pid)
+redis.call('ZREM', KEYS[2], pid)
+redis.call('HINCRBY', KEYS[3], rec.status, -1)
+redis.call('SETBIT', KEYS[4], pid, 1)
+local id = redis.call('XADD', KEYS[5], '*', 'p', archived)
+return {'ok', archived, id}

@@ -1,0 +1,39 @@
+"""Loads the Lua scripts in ``layers/lua`` once and registers them on a client.
+
+Every script gets ``_record.lua`` (shared helpers) prepended. redis-py's ``Script`` runs
+``EVALSHA`` and reloads the script itself after a ``SCRIPT FLUSH`` or a server restart.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import redis
+from redis.commands.core import Script
+
+_PRELUDE = "_record.lua"
+
+
+@cache
+def script_source(name: str) -> str:
+    folder = resources.files("layers") / "lua"
+    prelude = (folder / _PRELUDE).read_text(encoding="utf-8")
+    body = (folder / f"{name}.lua").read_text(encoding="utf-8")
+    return f"{prelude}\n{body}"
+
+
+class Scripts:
+    """The scripts registered on one client, by name: ``scripts("complete", keys, args)``."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._client = client
+        self._registered: dict[str, Script] = {}
+
+    def __call__(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        script = self._registered.get(name)
+        if script is None:
+            script = self._client.register_script(script_source(name))
+            self._registered[name] = script
+        return script(keys=keys, args=args)

@@ -1,0 +1,1 @@
+"""Statistics layer: rollups of completed partitions (built by the statistics issue)."""
