@@ -96,8 +96,7 @@ def cmd_get(args: argparse.Namespace, config: Config) -> int:
     if args.json:
         _print_json(answer.to_dict())
     elif answer.found:
-        print(f"partition {pid}: {answer.status} (source: {answer.source}"
-              f"{', degraded' if answer.degraded else ''})")
+        print(f"partition {pid}: {answer.status} (source: {answer.source}{', degraded' if answer.degraded else ''})")
         if answer.partition is not None:
             for key, value in answer.partition.to_dict().items():
                 print(f"  {key:15} {value}")
@@ -131,8 +130,14 @@ def cmd_demo(args: argparse.Namespace, config: Config) -> int:
         where = "embedded valkey-server" if engine.embedded else engine.url
         if not args.json:
             print(f"engine: {where}; {args.partitions} partitions, {args.workers} workers")
-        report = run_demo(engine.client, config, partitions=args.partitions, workers=args.workers,
-                          engine=where, progress=not (args.no_progress or args.json))
+        report = run_demo(
+            engine.client,
+            config,
+            partitions=args.partitions,
+            workers=args.workers,
+            engine=where,
+            progress=not (args.no_progress or args.json),
+        )
     if args.json:
         _print_json(report.to_dict())
     else:

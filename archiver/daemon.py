@@ -21,9 +21,9 @@ from typing import Any
 import redis
 import structlog
 
+from archiver.config import Config
 from codec import ArchivedPartition, DecodeError
 from layers import MAX_PARTITION_ID, ArchiveLayer, ArchiveQueue, KeySchema, QueueEntry
-from archiver.config import Config
 
 log = structlog.get_logger("partarchive.archiver")
 
@@ -35,9 +35,7 @@ def default_consumer_name() -> str:
 
 
 class ArchiverDaemon:
-    def __init__(
-        self, redis_client: redis.Redis, config: Config, consumer: str | None = None
-    ) -> None:
+    def __init__(self, redis_client: redis.Redis, config: Config, consumer: str | None = None) -> None:
         self.config = config
         self.keys = KeySchema(config.namespace, config.cluster)
         self.queue = ArchiveQueue(redis_client, self.keys)
@@ -69,8 +67,8 @@ class ArchiverDaemon:
             while not self._stop.is_set():
                 self._round_with_retry()
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
             log.info("archiver stopped", consumer=self.consumer, archived=self.archived)
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:

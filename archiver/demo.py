@@ -40,8 +40,14 @@ class DemoReport:
         return asdict(self) | {"ok": self.ok}
 
 
-def _worker(active: ActiveLayer, name: str, fail_rate: float, stats: dict[str, int], lock: threading.Lock,
-            finished: threading.Event) -> None:
+def _worker(
+    active: ActiveLayer,
+    name: str,
+    fail_rate: float,
+    stats: dict[str, int],
+    lock: threading.Lock,
+    finished: threading.Event,
+) -> None:
     rng = random.Random(name)
     failed_once: set[int] = set()
     while not finished.is_set():
@@ -49,8 +55,12 @@ def _worker(active: ActiveLayer, name: str, fail_rate: float, stats: dict[str, i
         if part is None:
             if active.retry_failed() == 0:
                 counts = active.counts()
-                if counts["pending"] == 0 and counts["failed"] == 0 and counts["claimed"] == 0 \
-                        and counts["running"] == 0:
+                if (
+                    counts["pending"] == 0
+                    and counts["failed"] == 0
+                    and counts["claimed"] == 0
+                    and counts["running"] == 0
+                ):
                     return
                 time.sleep(0.01)
             continue
@@ -66,18 +76,24 @@ def _worker(active: ActiveLayer, name: str, fail_rate: float, stats: dict[str, i
             stats["completed"] += 1
 
 
-def run_demo(client: redis.Redis, config: Config, *, partitions: int, workers: int,
-             engine: str, fail_rate: float = 0.01, progress: bool = True) -> DemoReport:
+def run_demo(
+    client: redis.Redis,
+    config: Config,
+    *,
+    partitions: int,
+    workers: int,
+    engine: str,
+    fail_rate: float = 0.01,
+    progress: bool = True,
+) -> DemoReport:
     started = time.monotonic()
-    active = ActiveLayer(client, config.namespace, cluster=config.cluster,
-                         lease_timeout=config.lease_timeout_s)
+    active = ActiveLayer(client, config.namespace, cluster=config.cluster, lease_timeout=config.lease_timeout_s)
     pids = active.create_partitions(1, partitions * 1000, 1000) if partitions else range(0)
     stats = {"completed": 0, "failed": 0}
     lock = threading.Lock()
     finished = threading.Event()
     threads = [
-        threading.Thread(target=_worker, args=(active, f"worker{i + 1}", fail_rate, stats, lock, finished),
-                         daemon=True)
+        threading.Thread(target=_worker, args=(active, f"worker{i + 1}", fail_rate, stats, lock, finished), daemon=True)
         for i in range(workers)
     ]
     daemon = ArchiverDaemon(client, config, consumer="demo-archiver")

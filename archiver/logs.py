@@ -10,10 +10,7 @@ import structlog
 
 def configure_logging(level: str = "info") -> None:
     renderer: structlog.types.Processor
-    if sys.stderr.isatty():
-        renderer = structlog.dev.ConsoleRenderer()
-    else:
-        renderer = structlog.processors.JSONRenderer()
+    renderer = structlog.dev.ConsoleRenderer() if sys.stderr.isatty() else structlog.processors.JSONRenderer()
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

@@ -13,14 +13,11 @@ from layers import KeySchema
 from layers.active import check_partition_id
 
 
-class Source(str, enum.Enum):
+class Source(enum.StrEnum):
     ACTIVE = "active"
     QUEUE = "queue"
     SIMPLE = "archive:simple"
     NONE = "none"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -28,15 +28,12 @@ from codec.validate import (
 MAX_OPTIONS_BYTES = 16384
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     PENDING = "pending"
     CLAIMED = "claimed"
     RUNNING = "running"
     FAILED = "failed"
     COMPLETED = "completed"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 ACTIVE_STATUSES = (Status.PENDING, Status.CLAIMED, Status.RUNNING, Status.FAILED)
@@ -130,7 +127,10 @@ class ArchivedPartition:
         return _from_json(cls, raw)
 
 
-def _from_json(cls: Any, raw: bytes | str) -> Any:
+_R = TypeVar("_R", PartitionInfo, ArchivedPartition)
+
+
+def _from_json(cls: type[_R], raw: bytes | str) -> _R:
     """Parse stored JSON into `cls`; anything malformed is a `DecodeError`."""
     try:
         data = orjson.loads(raw)
@@ -139,7 +139,7 @@ def _from_json(cls: Any, raw: bytes | str) -> Any:
     if not isinstance(data, dict):
         raise DecodeError("record JSON is not an object")
     try:
-        return cls(**data)
+        return cls(**data)  # type: ignore[arg-type]
     except TypeError as exc:
         raise DecodeError(f"record JSON has the wrong fields: {exc}") from None
     except ValidationError as exc:

@@ -33,9 +33,7 @@ def check_range(min_id: Any, max_id: Any) -> tuple[int, int]:
     return min_id, max_id
 
 
-def check_text(
-    name: str, value: Any, max_bytes: int, *, allow_empty: bool, multiline: bool = False
-) -> str:
+def check_text(name: str, value: Any, max_bytes: int, *, allow_empty: bool, multiline: bool = False) -> str:
     """Reject non-strings, empty (unless allowed), oversized, unencodable or control-character text."""
     if not isinstance(value, str):
         raise ValidationError(f"{name} must be a string, got {type(value).__name__}")

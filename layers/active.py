@@ -70,9 +70,7 @@ class ActiveLayer:
 
     # leader side
 
-    def create_partitions(
-        self, first_id: int, last_id: int, size: int, options: dict[str, Any] | None = None
-    ) -> range:
+    def create_partitions(self, first_id: int, last_id: int, size: int, options: dict[str, Any] | None = None) -> range:
         """Split ``first_id..last_id`` into partitions of ``size`` IDs; returns their pids."""
         check_int("first_id", first_id, 0, 2**53)
         check_int("last_id", last_id, 0, 2**53)
@@ -131,14 +129,10 @@ class ActiveLayer:
     def start(self, pid: int, worker_id: str, *, expected_version: int | None = None) -> PartitionInfo:
         return self._update("start", pid, worker_id, expected_version)
 
-    def heartbeat(
-        self, pid: int, worker_id: str, *, expected_version: int | None = None
-    ) -> PartitionInfo:
+    def heartbeat(self, pid: int, worker_id: str, *, expected_version: int | None = None) -> PartitionInfo:
         return self._update("heartbeat", pid, worker_id, expected_version)
 
-    def fail(
-        self, pid: int, worker_id: str, error: str, *, expected_version: int | None = None
-    ) -> PartitionInfo:
+    def fail(self, pid: int, worker_id: str, error: str, *, expected_version: int | None = None) -> PartitionInfo:
         check_text("error", error, MAX_ERROR_BYTES, allow_empty=True, multiline=True)
         return self._update("fail", pid, worker_id, expected_version, error)
 
@@ -156,9 +150,7 @@ class ActiveLayer:
         _raise_for(got, pid, op)
         return PartitionInfo.from_json(got[1])
 
-    def complete(
-        self, pid: int, worker_id: str, *, expected_version: int | None = None
-    ) -> Completion:
+    def complete(self, pid: int, worker_id: str, *, expected_version: int | None = None) -> Completion:
         """Remove the partition from the active layer and queue it for the archiver, atomically."""
         check_partition_id(pid)
         check_worker_id(worker_id)
@@ -182,9 +174,7 @@ class ActiveLayer:
         while limit is None or moved < limit:
             step = 1000 if limit is None else min(1000, limit - moved)
             n = int(
-                self._scripts(
-                    "retry_failed", [k.active, k.failed, k.pending, k.counts], [int(self._clock()), step]
-                )
+                self._scripts("retry_failed", [k.active, k.failed, k.pending, k.counts], [int(self._clock()), step])
             )
             moved += n
             if n < step:

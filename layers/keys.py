@@ -19,9 +19,7 @@ _NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 def check_namespace(namespace: str) -> str:
     if not isinstance(namespace, str) or not _NAMESPACE_RE.match(namespace):
-        raise ValidationError(
-            f"namespace must be 1-64 characters of letters, digits, '_', '.', '-': {namespace!r}"
-        )
+        raise ValidationError(f"namespace must be 1-64 characters of letters, digits, '_', '.', '-': {namespace!r}")
     return namespace
 
 

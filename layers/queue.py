@@ -63,23 +63,21 @@ class ArchiveQueue:
                 raise
 
     def read_new(self, consumer: str, count: int, block_ms: int) -> list[QueueEntry]:
-        reply = self.redis.xreadgroup(
-            self.group, consumer, {self.keys.queue: ">"}, count=count, block=block_ms
-        )
-        return _entries(reply[0][1]) if reply else []  # type: ignore[index]
+        reply: Any = self.redis.xreadgroup(self.group, consumer, {self.keys.queue: ">"}, count=count, block=block_ms)
+        return _entries(reply[0][1]) if reply else []
 
     def read_own_pending(self, consumer: str, count: int) -> list[QueueEntry]:
         """Entries delivered to this consumer name before and never acknowledged."""
-        reply = self.redis.xreadgroup(self.group, consumer, {self.keys.queue: "0"}, count=count)
-        return _entries(reply[0][1]) if reply else []  # type: ignore[index]
+        reply: Any = self.redis.xreadgroup(self.group, consumer, {self.keys.queue: "0"}, count=count)
+        return _entries(reply[0][1]) if reply else []
 
     def take_over(self, consumer: str, min_idle_ms: int, count: int) -> list[QueueEntry]:
         """Claim entries another consumer left unacknowledged for ``min_idle_ms`` (XAUTOCLAIM)."""
-        reply = self.redis.xautoclaim(
+        reply: Any = self.redis.xautoclaim(
             self.keys.queue, self.group, consumer, min_idle_time=min_idle_ms, start_id="0-0", count=count
         )
-        claimed = _entries(reply[1])  # type: ignore[index]
-        deleted = reply[2] if len(reply) > 2 else []  # type: ignore[index, arg-type]
+        claimed = _entries(reply[1])
+        deleted = reply[2] if len(reply) > 2 else []
         if deleted:
             self.redis.xack(self.keys.queue, self.group, *deleted)
         return claimed

@@ -4,6 +4,10 @@
 -- KEYS[5] archive queue stream
 -- ARGV[1] pid   ARGV[2] worker_id   ARGV[3] expected version ('' = any)   ARGV[4] now (unix ms)
 -- Returns {'ok', archived JSON, stream entry id} | {'already'} | {'err', code, detail}.
+--
+-- Redis does not roll a script back when a command fails, so every key is read (which
+-- checks its type) before the first write, and XADD, the write most likely to be refused
+-- (a full server, a foreign key of the wrong type), comes first: a failure leaves no trace.
 local pid, worker = ARGV[1], ARGV[2]
 local raw = redis.call('HGET', KEYS[1], pid)
 if not raw then
@@ -30,9 +34,12 @@ local archived = '{"partition_id":' .. int(rec.partition_id)
   .. ',"worker_id":' .. cjson.encode(rec.worker_id)
   .. ',"completed_at":' .. int(completed_at)
   .. ',"duration":' .. int(duration) .. '}'
+redis.call('ZSCORE', KEYS[2], pid)
+redis.call('HGET', KEYS[3], rec.status)
+redis.call('XLEN', KEYS[5])
+local id = redis.call('XADD', KEYS[5], '*', 'p', archived)
 redis.call('HDEL', KEYS[1], pid)
 redis.call('ZREM', KEYS[2], pid)
 redis.call('HINCRBY', KEYS[3], rec.status, -1)
 redis.call('SETBIT', KEYS[4], pid, 1)
-local id = redis.call('XADD', KEYS[5], '*', 'p', archived)
 return {'ok', archived, id}

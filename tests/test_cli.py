@@ -1,0 +1,72 @@
+"""The command line as a user runs it: real processes, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+import redis
+
+from layers import ActiveLayer
+from tests.helpers import run_cli
+
+
+def test_get_found_not_found_and_json(engine_url: str, real_redis: redis.Redis, namespace: str) -> None:
+    ActiveLayer(real_redis, namespace).create_partitions(1, 1000, 1000)
+    found = run_cli(engine_url, namespace, "get", "1")
+    assert found.returncode == 0 and "pending" in found.stdout and "source: active" in found.stdout
+    as_json = run_cli(engine_url, namespace, "get", "1", "--json")
+    assert orjson.loads(as_json.stdout)["source"] == "active"
+    missing = run_cli(engine_url, namespace, "get", "99")
+    assert missing.returncode == 1 and "not found" in missing.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["get", "abc"],
+        ["get", "-5"],
+        ["get", str(2**53)],
+        ["get", "1", "--namespace", "bad ns"],
+        ["nope"],
+        ["demo", "--partitions", "-1"],
+        ["run", "--claim-idle-ms", "0"],
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(engine_url: str, namespace: str, args: list[str]) -> None:
+    result = run_cli(engine_url, namespace, *args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("partarchive"), result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unreachable_redis_is_one_line(namespace: str) -> None:
+    result = run_cli("redis://127.0.0.1:1/0", namespace, "status")
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "cannot reach Redis" in result.stderr
+
+
+def test_status_json_and_table(engine_url: str, real_redis: redis.Redis, namespace: str) -> None:
+    layer = ActiveLayer(real_redis, namespace)
+    layer.create_partitions(1, 5000, 1000)
+    layer.claim("w")
+    layer.complete(1, "w")
+    report = orjson.loads(run_cli(engine_url, namespace, "status", "--json").stdout)
+    assert report["active"]["size"] == 4 and report["active"]["by_status"]["pending"] == 4
+    assert report["queue"]["backlog"] == 1
+    table = run_cli(engine_url, namespace, "status")
+    assert table.returncode == 0 and "queue backlog" in table.stdout
+
+
+def test_demo_against_a_server(engine_url: str, real_redis: redis.Redis, namespace: str) -> None:
+    result = run_cli(engine_url, namespace, "demo", "--partitions", "400", "--workers", "4", "--json")
+    assert result.returncode == 0, result.stderr
+    report = orjson.loads(result.stdout)
+    assert report["ok"] and report["active_size"] == 0 and report["found_in_archive"] == 400
+    assert real_redis.hlen(f"{namespace}_completed") == 400  # left there for inspection
+
+
+def test_demo_on_the_embedded_engine(namespace: str) -> None:
+    result = run_cli("", namespace, "demo", "--partitions", "300", "--workers", "3")
+    assert result.returncode == 0, result.stderr
+    assert "embedded valkey-server" in result.stdout and "result                 OK" in result.stdout

@@ -1,0 +1,69 @@
+"""Crash safety with real processes: an archiver killed with SIGKILL while holding entries."""
+
+from __future__ import annotations
+
+import signal
+
+import redis
+
+from layers import ArchiveQueue, KeySchema
+from tests.helpers import complete_partitions, start_archiver, wait_for
+
+
+def test_replica_takes_over_entries_of_a_killed_archiver(
+    engine_url: str, real_redis: redis.Redis, namespace: str
+) -> None:
+    keys = KeySchema(namespace)
+    pids = complete_partitions(real_redis, namespace, 300)
+    queue = ArchiveQueue(real_redis, keys)
+    victim = start_archiver(
+        engine_url,
+        namespace,
+        "--consumer",
+        "victim",
+        "--read-count",
+        "100",
+        PARTARCHIVE_FAULT_PAUSE_AFTER_READ="60",
+    )
+    wait_for(lambda: queue.state().pending == 100, what="entries delivered to the victim")
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    assert real_redis.hlen(keys.completed) == 0
+
+    survivor = start_archiver(engine_url, namespace, "--consumer", "survivor", "--claim-idle-ms", "500")
+    try:
+        wait_for(
+            lambda: real_redis.hlen(keys.completed) == 300 and real_redis.xlen(keys.queue) == 0,
+            what="every partition archived",
+        )
+        state = queue.state()
+        assert state.pending == 0 and state.dead_letters == 0
+        assert real_redis.bitcount(keys.index) == 300
+        assert sorted(int(k) for k in real_redis.hkeys(keys.completed)) == pids
+    finally:
+        survivor.send_signal(signal.SIGTERM)
+        _, err = survivor.communicate(timeout=15)
+    assert survivor.returncode == 0
+    assert b"took over idle entries" in err
+
+
+def test_restart_under_the_same_name_rereads_its_own_pending(
+    engine_url: str, real_redis: redis.Redis, namespace: str
+) -> None:
+    keys = KeySchema(namespace)
+    complete_partitions(real_redis, namespace, 50)
+    queue = ArchiveQueue(real_redis, keys)
+    first = start_archiver(engine_url, namespace, "--consumer", "same", PARTARCHIVE_FAULT_PAUSE_AFTER_READ="60")
+    wait_for(lambda: queue.state().pending == 50, what="entries delivered")
+    first.kill()
+    first.wait(10)
+    second = start_archiver(engine_url, namespace, "--consumer", "same")
+    try:
+        wait_for(
+            lambda: real_redis.hlen(keys.completed) == 50 and queue.state().pending == 0,
+            what="own pending re-read at start",
+        )
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.communicate(timeout=15)
+    assert real_redis.xlen(keys.queue) == 0

@@ -1,0 +1,64 @@
+"""The query router v0: each layer that can answer, corrupt detail, not found, bad input."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from archiver import ArchiverDaemon, Config, QueryRouter, Source
+from codec import ValidationError
+from layers import ActiveLayer, KeySchema
+
+
+@pytest.fixture
+def world(any_redis: redis.Redis, namespace: str) -> tuple[ActiveLayer, QueryRouter, ArchiverDaemon]:
+    active = ActiveLayer(any_redis, namespace)
+    daemon = ArchiverDaemon(any_redis, Config(namespace=namespace, block_ms=10), consumer="t")
+    return active, QueryRouter(any_redis, namespace), daemon
+
+
+def test_answers_from_each_layer(world: tuple[ActiveLayer, QueryRouter, ArchiverDaemon]) -> None:
+    active, router, daemon = world
+    active.create_partitions(1, 3000, 1000)
+    active.claim("w")
+    active.complete(1, "w")
+    queued = router.get(1)
+    assert (queued.source, queued.status, queued.degraded) == (Source.QUEUE, "completed", True)
+    daemon.queue.ensure_group()
+    daemon.run_once()
+    archived = router.get(1)
+    assert archived.source is Source.SIMPLE and not archived.degraded
+    assert archived.partition is not None and archived.partition.to_dict()["worker_id"] == "w"
+    pending = router.get(2)
+    assert (pending.source, pending.status) == (Source.ACTIVE, "pending")
+    missing = router.get(4)
+    assert not missing.found and missing.source is Source.NONE
+    assert missing.to_dict()["found"] is False
+
+
+def test_corrupt_archived_record_degrades_not_raises(
+    world: tuple[ActiveLayer, QueryRouter, ArchiverDaemon], any_redis: redis.Redis, namespace: str
+) -> None:
+    _, router, _ = world
+    keys = KeySchema(namespace)
+    any_redis.hset(keys.completed, "9", b"\x00garbage")
+    any_redis.setbit(keys.index, 9, 1)
+    answer = router.get(9)
+    assert answer.found and answer.degraded and answer.partition is None
+    assert router.decode_failures == 1
+
+
+def test_index_without_detail_is_degraded(
+    world: tuple[ActiveLayer, QueryRouter, ArchiverDaemon], any_redis: redis.Redis, namespace: str
+) -> None:
+    _, router, _ = world
+    any_redis.setbit(KeySchema(namespace).index, 12, 1)
+    answer = router.get(12)
+    assert answer.found and answer.degraded and "gone" in answer.detail
+
+
+@pytest.mark.parametrize("pid", [0, -3, 2**32, "7", 1.0, None])
+def test_bad_ids_raise_validation_error(world: tuple[ActiveLayer, QueryRouter, ArchiverDaemon], pid: object) -> None:
+    _, router, _ = world
+    with pytest.raises(ValidationError):
+        router.get(pid)  # type: ignore[arg-type]
