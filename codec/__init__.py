@@ -1,14 +1,24 @@
 """Partition records and their encodings. Pure code: no Redis."""
 
 from codec.errors import DecodeError, PartArchiveError, ValidationError
+from codec.framing import Codec, blob_codec, decode_blob, encode_blob
 from codec.record import ACTIVE_STATUSES, ArchivedPartition, PartitionInfo, Status
+from codec.text import decode_text, encode_text
+from codec.workers import WorkerMap
 
 __all__ = [
     "ACTIVE_STATUSES",
     "ArchivedPartition",
+    "Codec",
     "DecodeError",
     "PartArchiveError",
     "PartitionInfo",
     "Status",
     "ValidationError",
+    "WorkerMap",
+    "blob_codec",
+    "decode_blob",
+    "decode_text",
+    "encode_blob",
+    "encode_text",
 ]

@@ -98,8 +98,13 @@ class KeySchema:
 
     @property
     def workers(self) -> str:
-        """Hash worker_id -> short number, and ``#:{n}`` -> worker_id for the reverse."""
+        """Hash worker_id -> short number (the registry behind the compact formats)."""
         return f"{self._tagged}_workers"
+
+    @property
+    def workers_by_short(self) -> str:
+        """Hash short number -> worker_id, the reverse of `workers`."""
+        return f"{self._tagged}_workers:by_short"
 
     def patterns(self) -> list[str]:
         """SCAN patterns that match every key of this namespace (for tests and cleanup)."""

@@ -1,0 +1,1 @@
+"""Benchmarks: ``make bench`` (or ``python -m bench [section ...]``) prints one table per section."""

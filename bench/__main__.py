@@ -1,0 +1,25 @@
+"""``python -m bench [section ...]``: run the benchmark sections and print their tables."""
+
+from __future__ import annotations
+
+import sys
+
+from bench import codec_bench
+
+SECTIONS = {"codec": codec_bench.run}
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(SECTIONS)
+    unknown = [n for n in names if n not in SECTIONS]
+    if unknown:
+        print(f"bench: unknown section {unknown[0]!r}; choose from {', '.join(SECTIONS)}", file=sys.stderr)
+        return 2
+    for name in names:
+        text, _ok = SECTIONS[name]()
+        print(text, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,195 @@
+"""Codec: exact seed text format, columnar round trips (hypothesis), framing, fuzz."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bench.workload import standard_workload
+from codec import (
+    ArchivedPartition,
+    Codec,
+    DecodeError,
+    ValidationError,
+    WorkerMap,
+    blob_codec,
+    decode_blob,
+    decode_text,
+    encode_blob,
+    encode_text,
+)
+
+SEED_EXAMPLE = "P4970:4969001-4970000:w1:1719234405:295,P4971:4970001-4971000:w2:1719234410:300"
+
+
+def test_seed_example_decodes_exactly() -> None:
+    workers = WorkerMap({1: "worker1", 2: "worker2"})
+    records = decode_text(SEED_EXAMPLE, workers)
+    assert records == [
+        ArchivedPartition(4970, 4969001, 4970000, "worker1", 1719234405, 295),
+        ArchivedPartition(4971, 4970001, 4971000, "worker2", 1719234410, 300),
+    ]
+    assert encode_text(records, workers) == SEED_EXAMPLE
+
+
+def test_worker_map_assigns_from_one_and_reverses() -> None:
+    workers = WorkerMap()
+    assert [workers.short_id(w) for w in ("b", "a", "b", "c:,d")] == [1, 2, 1, 3]
+    assert workers.worker_id(3) == "c:,d"
+    assert WorkerMap.from_json(workers.to_json()) == workers
+    with pytest.raises(DecodeError):
+        workers.worker_id(9)
+    with pytest.raises(ValidationError):
+        workers.short_id("")
+    with pytest.raises(ValidationError):
+        workers.add(1, "other")
+    with pytest.raises(DecodeError):
+        WorkerMap.from_json(b"[1]")
+
+
+worker_ids = st.text(min_size=1, max_size=40).filter(
+    lambda s: (
+        all(ord(c) >= 32 and ord(c) != 127 and not 0xD800 <= ord(c) <= 0xDFFF for c in s) and len(s.encode()) <= 256
+    )
+)
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> list[ArchivedPartition]:
+    names = draw(
+        st.lists(st.one_of(worker_ids, st.sampled_from(["w:1", "a,b", "x y", "ü-工"])), min_size=1, max_size=5)
+    )
+    n = draw(st.integers(1, 40))
+    out = []
+    for _ in range(n):
+        lo = draw(st.integers(0, 2**53))
+        hi = draw(st.one_of(st.just(lo), st.integers(lo, 2**53)))
+        out.append(
+            ArchivedPartition(
+                draw(st.integers(1, 2**53)),
+                lo,
+                hi,
+                draw(st.sampled_from(names)),
+                draw(st.integers(0, 2**40)),
+                draw(st.integers(0, 10**9)),
+            )
+        )
+    if draw(st.booleans()):  # realistic runs: contiguous, equal-width, sorted, with gaps
+        start, width = draw(st.integers(1, 2**36)), draw(st.integers(1, 10**6))
+        pids = sorted(draw(st.sets(st.integers(start, start + 500), min_size=1, max_size=60)))
+        out = [ArchivedPartition(p, (p - 1) * width, p * width - 1, names[p % len(names)], p + 7, 300) for p in pids]
+    return out
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(batches(), st.sampled_from(["columnar", "text"]), st.sampled_from([None, True, False]))
+def test_round_trip(records: list[ArchivedPartition], fmt: str, compress: bool | None) -> None:
+    workers = WorkerMap()
+    blob = encode_blob(records, workers, fmt=fmt, compress=compress)
+    assert decode_blob(blob, WorkerMap.from_json(workers.to_json())) == records
+    if fmt == "text":
+        assert decode_text(encode_text(records, workers), workers) == records
+
+
+def test_empty_batch_is_rejected() -> None:
+    for fmt in ("columnar", "text"):
+        with pytest.raises(ValidationError):
+            encode_blob([], WorkerMap(), fmt=fmt)
+    with pytest.raises(DecodeError):
+        decode_text("", WorkerMap())
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "P1:1-2:w1:3",
+        "P1:1-2:w1:3:4:5",
+        "P01:1-2:w1:3:4",
+        "P1:2-1:w1:3:4",
+        "P1:1-2:w9:3:4",
+        "P1:1-2:x1:3:4",
+        "P0:1-2:w1:3:4",
+        "P1:1-2:w1:3:4,",
+        "p1:1-2:w1:3:4",
+        "P1:-1-2:w1:3:4",
+        "P1:1-2:w1:3:1099511627777",
+    ],
+)
+def test_malformed_text_is_a_decode_error(text: str) -> None:
+    with pytest.raises(DecodeError):
+        decode_text(text, WorkerMap({1: "a"}))
+
+
+def _valid_blobs() -> list[tuple[bytes, WorkerMap]]:
+    records = list(standard_workload(100))
+    out = []
+    for fmt in ("columnar", "text"):
+        for compress in (True, False):
+            workers = WorkerMap()
+            out.append((encode_blob(records, workers, fmt=fmt, compress=compress), workers))
+    return out
+
+
+def test_default_is_compressed_columnar() -> None:
+    blob = encode_blob(list(standard_workload(100)), WorkerMap())
+    assert blob_codec(blob) is Codec.COLUMNAR_ZSTD
+    assert len(blob) <= 400
+
+
+def test_every_single_bit_flip_is_detected() -> None:
+    for blob, workers in _valid_blobs():
+        for bit in range(len(blob) * 8):
+            mutated = bytearray(blob)
+            mutated[bit // 8] ^= 1 << (bit % 8)
+            with pytest.raises(DecodeError):
+                decode_blob(bytes(mutated), workers)
+
+
+def test_truncations_and_extensions_are_detected() -> None:
+    for blob, workers in _valid_blobs():
+        for cut in range(len(blob)):
+            with pytest.raises(DecodeError):
+                decode_blob(blob[:cut], workers)
+        with pytest.raises(DecodeError):
+            decode_blob(blob + b"\x00", workers)
+
+
+@settings(max_examples=500)
+@given(st.binary(max_size=300))
+def test_random_bytes_raise_only_decode_error(data: bytes) -> None:
+    with pytest.raises(DecodeError):
+        decode_blob(data, WorkerMap({1: "a"}))
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=200), st.sampled_from(list(Codec)))
+def test_garbage_with_a_valid_header_and_checksum_raises_only_decode_error(payload: bytes, codec: Codec) -> None:
+    from codec.framing import _frame
+
+    with contextlib.suppress(DecodeError):
+        decode_blob(_frame(codec, payload), WorkerMap({i: f"w{i}" for i in range(1, 40)}))
+
+
+def test_mutated_blobs_with_recomputed_checksum_never_raise_anything_else() -> None:
+    from codec.framing import _HEADER, _frame
+
+    rng = random.Random(7)
+    for blob, workers in _valid_blobs():
+        codec = Codec(blob[3])
+        payload = blob[_HEADER.size :]
+        for _ in range(400):
+            mutated = bytearray(payload)
+            for _ in range(rng.randint(1, 4)):
+                mutated[rng.randrange(len(mutated))] = rng.randrange(256)
+            with contextlib.suppress(DecodeError):
+                decode_blob(_frame(codec, bytes(mutated)), workers)
+
+
+@pytest.mark.parametrize("bad", [None, "text", 12, [b"x"]])
+def test_non_bytes_input(bad: object) -> None:
+    with pytest.raises(DecodeError):
+        decode_blob(bad, WorkerMap())  # type: ignore[arg-type]
