@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from codec.errors import ValidationError
+from layers import TierPolicy
 from layers.keys import check_namespace
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -22,14 +23,31 @@ class Config:
     claim_idle_ms: int = 60_000
     drain_timeout_s: float = 10.0
     lease_timeout_s: float = 300.0
+    compressed_from: int = 100_000
+    summary_above: int = 500_000
+    batch_size: int = 100
+    retention_s: int = 24 * 3600
+    seal_idle_s: float = 60.0
+    maintenance_interval_s: float = 1.0
+
+    @property
+    def policy(self) -> TierPolicy:
+        return TierPolicy(
+            compressed_from=self.compressed_from,
+            summary_above=self.summary_above,
+            batch_size=self.batch_size,
+            retention_s=self.retention_s,
+            seal_idle_s=self.seal_idle_s,
+        )
 
     def __post_init__(self) -> None:
         check_namespace(self.namespace)
         for name in ("read_count", "block_ms", "claim_idle_ms"):
             if getattr(self, name) < 1:
                 raise ValidationError(f"{name} must be at least 1")
-        if self.drain_timeout_s <= 0 or self.lease_timeout_s <= 0:
+        if self.drain_timeout_s <= 0 or self.lease_timeout_s <= 0 or self.maintenance_interval_s < 0:
             raise ValidationError("timeouts must be positive")
+        _ = self.policy  # validates the tier settings
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Config:

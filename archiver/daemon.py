@@ -23,7 +23,7 @@ import structlog
 
 from archiver.config import Config
 from codec import ArchivedPartition, DecodeError
-from layers import MAX_PARTITION_ID, ArchiveLayer, ArchiveQueue, KeySchema, QueueEntry
+from layers import MAX_PARTITION_ID, ArchiveLayer, ArchiveQueue, KeySchema, QueueEntry, Tier, migrate_step
 
 log = structlog.get_logger("partarchive.archiver")
 
@@ -39,11 +39,13 @@ class ArchiverDaemon:
         self.config = config
         self.keys = KeySchema(config.namespace, config.cluster)
         self.queue = ArchiveQueue(redis_client, self.keys)
-        self.archive = ArchiveLayer(redis_client, self.keys)
+        self.archive = ArchiveLayer(redis_client, self.keys, config.policy)
         self.consumer = consumer or default_consumer_name()
         self.archived = 0
         self.dead_lettered = 0
         self._stop = threading.Event()
+        self._next_maintenance = 0.0
+        self._tier = Tier.SIMPLE
         self._pause_after_read_s = float(os.environ.get("PARTARCHIVE_FAULT_PAUSE_AFTER_READ", "0"))
 
     def stop(self) -> None:
@@ -89,14 +91,29 @@ class ArchiverDaemon:
             self._stop.wait(1.0)
 
     def run_once(self) -> int:
-        """Take over idle entries, then read new ones; archive them. Returns entries handled."""
+        """Take over idle entries, then read new ones; archive them; then due maintenance.
+
+        Returns the queue entries handled plus the maintenance items done (0 = nothing to do).
+        """
         cfg = self.config
         entries = self.queue.take_over(self.consumer, cfg.claim_idle_ms, cfg.read_count)
         if entries:
             log.info("took over idle entries", count=len(entries))
         else:
             entries = self.queue.read_new(self.consumer, cfg.read_count, cfg.block_ms)
-        return self._process(entries)
+        return self._process(entries) + self.maintain()
+
+    def maintain(self, *, force: bool = False) -> int:
+        """Seal idle batches and advance tier transitions, at most every ``maintenance_interval_s``."""
+        now = time.monotonic()
+        if not force and now < self._next_maintenance:
+            return 0
+        self._next_maintenance = now + self.config.maintenance_interval_s
+        sealed = self.archive.seal_idle()
+        moved = migrate_step(self.archive)
+        if sealed or moved:
+            log.info("maintenance", sealed=sealed, migrated=moved, tier=self.archive.tier().value)
+        return sealed + moved
 
     def _process(self, entries: list[QueueEntry]) -> int:
         if not entries:
@@ -115,7 +132,12 @@ class ArchiverDaemon:
                 log.error("dead-lettered queue entry", entry=entry.entry_id, reason=str(exc))
                 continue
             good.append((entry.entry_id, part))
-        self.archived += self.archive.write_simple(good)
+        if good:
+            result = self.archive.archive(good)
+            self.archived += len(good)
+            if result.tier is not self._tier:
+                log.info("tier changed", tier=result.tier.value, total=result.total)
+                self._tier = result.tier
         return len(entries)
 
 

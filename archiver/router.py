@@ -1,15 +1,22 @@
-"""The query router: answers for any partition from whichever layer holds it."""
+"""The query router: answers for any partition from whichever layer holds it.
+
+Chain: active hash -> index bitmap -> simple hash -> staging -> sealed batch -> statistics
+-> not found. Everything but the statistics fallback is read in one round trip; a batch is
+found by ``pid // batch_size``, never by a scan. A blob that fails to decode is counted and
+the router falls back; it never raises out of `get`.
+"""
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from codec import ArchivedPartition, DecodeError, PartitionInfo
-from layers import KeySchema
+from layers import ArchiveLayer, KeySchema, TierPolicy
 from layers.active import check_partition_id
 
 
@@ -17,6 +24,10 @@ class Source(enum.StrEnum):
     ACTIVE = "active"
     QUEUE = "queue"
     SIMPLE = "archive:simple"
+    STAGING = "archive:staging"
+    BATCH = "archive:batch"
+    STATISTICS = "statistics"
+    EXPIRED = "expired"
     NONE = "none"
 
 
@@ -27,6 +38,7 @@ class Answer:
     partition: PartitionInfo | ArchivedPartition | None = None
     degraded: bool = False
     detail: str = ""
+    summary: dict[str, Any] | None = None
 
     @property
     def found(self) -> bool:
@@ -47,39 +59,80 @@ class Answer:
             "degraded": self.degraded,
             "detail": self.detail,
             "partition": None if self.partition is None else self.partition.to_dict(),
+            "summary": self.summary,
         }
 
 
+#: Looks up the statistics layer's summary for a partition (its ID range), or None.
+SummaryLookup = Callable[[int], dict[str, Any] | None]
+
+
 class QueryRouter:
-    def __init__(self, redis_client: redis.Redis, namespace: str = "elk", *, cluster: bool = False) -> None:
+    def __init__(
+        self,
+        redis_client: redis.Redis,
+        namespace: str = "elk",
+        *,
+        cluster: bool = False,
+        policy: TierPolicy | None = None,
+        summary_lookup: SummaryLookup | None = None,
+    ) -> None:
         self.redis = redis_client
         self.keys = KeySchema(namespace, cluster)
+        self.archive = ArchiveLayer(redis_client, self.keys, policy)
+        self.summary_lookup = summary_lookup
         self.decode_failures = 0
+        self.decode_successes = 0
 
     def get(self, partition_id: int) -> Answer:
-        """One round trip: active hash, archive index, simple tier, and the SDK's done bit."""
         pid = check_partition_id(partition_id)
         k = self.keys
+        batch_no = self.archive.policy.batch_of(pid)
         pipe = self.redis.pipeline(transaction=False)
         pipe.hget(k.active, str(pid))
         pipe.getbit(k.index, pid)
         pipe.hget(k.completed, str(pid))
+        pipe.hget(k.staging(batch_no), str(pid))
+        pipe.get(k.batch(batch_no))
         pipe.getbit(k.done, pid)
-        active, indexed, simple, done = pipe.execute()
+        active, indexed, simple, staged, blob, done = pipe.execute()
         if active is not None:
+            return self._record(pid, Source.ACTIVE, active, PartitionInfo.from_json)
+        for source, raw in ((Source.SIMPLE, simple), (Source.STAGING, staged)):
+            if raw is not None:
+                return self._record(pid, source, raw, ArchivedPartition.from_json)
+        problem, corrupt = "archived, but its detail has expired", False
+        if blob is not None:
             try:
-                return Answer(pid, Source.ACTIVE, PartitionInfo.from_json(active))
+                records = self.archive.decode_batch(blob)
+                self.decode_successes += 1
             except DecodeError as exc:
                 self.decode_failures += 1
-                return Answer(pid, Source.ACTIVE, None, True, f"active record is corrupt: {exc}")
-        if simple is not None:
-            try:
-                return Answer(pid, Source.SIMPLE, ArchivedPartition.from_json(simple))
-            except DecodeError as exc:
-                self.decode_failures += 1
-                return Answer(pid, Source.SIMPLE, None, True, f"archived record is corrupt: {exc}")
-        if indexed:
-            return Answer(pid, Source.SIMPLE, None, True, "archived, but its detail is gone")
+                problem, corrupt = f"archived batch {batch_no} cannot be decoded: {exc}", True
+            else:
+                for part in records:
+                    if part.partition_id == pid:
+                        return Answer(pid, Source.BATCH, part)
+        if indexed or corrupt:
+            return self._fallback(pid, problem)
         if done:
             return Answer(pid, Source.QUEUE, None, True, "completed, waiting in the archive queue")
         return Answer(pid, Source.NONE, detail="no such partition")
+
+    def _record(self, pid: int, source: Source, raw: bytes, parse: Callable[[bytes], Any]) -> Answer:
+        try:
+            return Answer(pid, source, parse(raw))
+        except DecodeError as exc:
+            self.decode_failures += 1
+            return self._fallback(pid, f"{source.value} record is corrupt: {exc}")
+
+    def _fallback(self, pid: int, problem: str) -> Answer:
+        summary = None
+        if self.summary_lookup is not None:
+            try:
+                summary = self.summary_lookup(pid)
+            except (redis.RedisError, DecodeError) as exc:
+                problem += f"; statistics unavailable: {exc}"
+        if summary is not None:
+            return Answer(pid, Source.STATISTICS, None, True, problem, summary)
+        return Answer(pid, Source.EXPIRED, None, True, problem)

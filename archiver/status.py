@@ -13,13 +13,18 @@ from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema
 def collect_status(client: redis.Redis, config: Config) -> dict[str, Any]:
     keys = KeySchema(config.namespace, config.cluster)
     active = ActiveLayer(client, config.namespace, cluster=config.cluster)
-    archive = ArchiveLayer(client, keys)
+    archive = ArchiveLayer(client, keys, config.policy)
     queue = ArchiveQueue(client, keys).state()
     memory = client.info("memory")
     return {
         "namespace": config.namespace,
         "active": {"size": active.size(), "by_status": active.counts()},
-        "archive": {"archived_total": archive.archived_total(), "simple_tier": archive.simple_size()},
+        "archive": {
+            "tier": archive.tier().value,
+            "archived_total": archive.archived_total(),
+            "simple_tier": archive.simple_size(),
+            "open_batches": archive.open_batch_count(),
+        },
         "queue": {
             "backlog": queue.length,
             "pending": queue.pending,
@@ -37,8 +42,10 @@ def format_status(report: dict[str, Any]) -> str:
     rows = [
         ("namespace", report["namespace"]),
         ("active partitions", f"{a['size']} ({by_status})"),
-        ("archived (index)", ar["archived_total"]),
-        ("simple tier", ar["simple_tier"]),
+        ("archive tier", ar["tier"]),
+        ("archived total", ar["archived_total"]),
+        ("in the simple hash", ar["simple_tier"]),
+        ("open batches", ar["open_batches"]),
         ("queue backlog", f"{q['backlog']} ({q['pending']} pending, oldest {q['oldest_pending_age_s']} s)"),
         ("dead letters", q["dead_letters"]),
         ("redis used_memory", f"{report['redis']['used_memory']:,} B"),

@@ -1,16 +1,20 @@
 """Redis-backed layers: the active layer (worker SDK), the archive queue and the archive."""
 
 from layers.active import MAX_PARTITION_ID, ActiveLayer, Completion
-from layers.archive import ArchiveLayer
+from layers.archive import ArchiveLayer, CommitResult
 from layers.errors import InvalidTransition, NotOwner, PartitionNotFound, VersionConflict
 from layers.keys import KeySchema
 from layers.queue import ArchiveQueue, QueueEntry, QueueState
+from layers.tiers import Tier, TierPolicy
+from layers.transitions import migrate_step
+from layers.workers import WorkerRegistry
 
 __all__ = [
     "MAX_PARTITION_ID",
     "ActiveLayer",
     "ArchiveLayer",
     "ArchiveQueue",
+    "CommitResult",
     "Completion",
     "InvalidTransition",
     "KeySchema",
@@ -18,5 +22,9 @@ __all__ = [
     "PartitionNotFound",
     "QueueEntry",
     "QueueState",
+    "Tier",
+    "TierPolicy",
     "VersionConflict",
+    "WorkerRegistry",
+    "migrate_step",
 ]

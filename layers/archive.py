@@ -1,38 +1,187 @@
-"""The archive layer (v0: the simple tier, one JSON per partition in ``elk_completed``)."""
+"""The archive layer: where completed partitions live, in the tier that fits the volume.
+
+simple      one JSON per partition in the hash ``elk_completed``
+compressed  records wait in a per-batch staging hash, then are sealed into one framed,
+            encoded blob per batch (``elk_completed:batch:{pid // batch_size}``)
+summary     as compressed, and each batch expires ``retention`` after its newest completion
+
+Writing a partition is two idempotent steps: its detail (simple hash or staging), then the
+commit (index bit, total, tier, acknowledgement). A crash between them redelivers the entry
+and the detail is written again with the same value.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import time
+from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import redis
 
-from codec import ArchivedPartition
+from codec import ArchivedPartition, DecodeError, ValidationError, decode_blob, encode_blob
 from layers.keys import ARCHIVER_GROUP, KeySchema
 from layers.scripts import Scripts
+from layers.tiers import Tier, TierPolicy
+from layers.workers import WorkerRegistry
+
+_SEAL_RETRIES = 20
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    total: int
+    tier: Tier
+    newly_archived: int
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 class ArchiveLayer:
-    def __init__(self, redis_client: redis.Redis, keys: KeySchema) -> None:
+    def __init__(self, redis_client: redis.Redis, keys: KeySchema, policy: TierPolicy | None = None) -> None:
         self.redis = redis_client
         self.keys = keys
+        self.policy = policy or TierPolicy()
+        self.workers = WorkerRegistry(redis_client, keys)
         self._scripts = Scripts(redis_client)
+        self._batch_size_checked = False
 
-    def write_simple(self, entries: Sequence[tuple[str, ArchivedPartition]]) -> int:
-        """Store the partitions, set their index bits and acknowledge their queue entries."""
+    # state
+
+    def tier(self) -> Tier:
+        """The stored tier (it only moves up), or the policy's tier for the total if that is higher."""
+        raw: Any = self.redis.hmget(self.keys.archive_meta, ["tier", "total"])
+        stored = Tier(_text(raw[0])) if raw[0] else Tier.SIMPLE
+        wanted = self.policy.tier_for(int(raw[1] or 0))
+        return wanted if wanted.rank > stored.rank else stored
+
+    def check_batch_size(self) -> None:
+        """Record the batch size on first use; a different one later would misplace every lookup."""
+        if self._batch_size_checked:
+            return
+        size = self.policy.batch_size
+        self.redis.hsetnx(self.keys.archive_meta, "batch_size", size)
+        stored = int(self.redis.hget(self.keys.archive_meta, "batch_size") or size)  # type: ignore[arg-type]
+        if stored != size:
+            raise ValidationError(f"this namespace uses batch size {stored}, not {size}")
+        self._batch_size_checked = True
+
+    # write path
+
+    def archive(self, entries: Sequence[tuple[str, ArchivedPartition]], *, extra: Any = None) -> CommitResult:
+        """Store the partitions in the current tier, then commit (index, total, acknowledgement)."""
         if not entries:
-            return 0
-        args: list[object] = [ARCHIVER_GROUP]
+            return CommitResult(0, self.tier(), 0)
+        self.check_batch_size()
+        tier = self.tier()
+        if tier is not Tier.SIMPLE:
+            self.stage([part for _, part in entries])
+        result = self.commit(entries, store_simple=tier is Tier.SIMPLE)
+        if tier is not Tier.SIMPLE:
+            self.seal_full({self.policy.batch_of(p.partition_id) for _, p in entries})
+        return result
+
+    def commit(self, entries: Sequence[tuple[str, ArchivedPartition]], *, store_simple: bool) -> CommitResult:
+        args: list[object] = [
+            ARCHIVER_GROUP,
+            int(store_simple),
+            self.policy.compressed_from,
+            self.policy.summary_above,
+        ]
         for entry_id, part in entries:
-            args += [entry_id, part.partition_id, part.to_json()]
+            args += [entry_id, part.partition_id, part.to_json() if store_simple else b""]
         k = self.keys
-        return int(self._scripts("archive_simple", [k.completed, k.index, k.queue], args))
+        total, tier, new = self._scripts("commit", [k.completed, k.index, k.queue, k.archive_meta], args)
+        return CommitResult(int(total), Tier(_text(tier)), int(new))
+
+    def stage(self, parts: Sequence[ArchivedPartition]) -> set[int]:
+        """Put records in their batches' staging hashes; returns the batch numbers touched."""
+        by_batch: dict[int, dict[str, bytes]] = defaultdict(dict)
+        for part in parts:
+            by_batch[self.policy.batch_of(part.partition_id)][str(part.partition_id)] = part.to_json()
+        now_ms = int(time.time() * 1000)
+        pipe = self.redis.pipeline(transaction=False)
+        for batch_no, fields in by_batch.items():
+            pipe.hset(self.keys.staging(batch_no), mapping=fields)  # type: ignore[arg-type]
+        pipe.zadd(self.keys.open_batches, {str(b): now_ms for b in by_batch})
+        pipe.execute()
+        return set(by_batch)
+
+    def seal_full(self, batches: set[int]) -> int:
+        """Seal the batches whose staging holds every partition of the batch."""
+        ordered = sorted(batches)
+        pipe = self.redis.pipeline(transaction=False)
+        for b in ordered:
+            pipe.hlen(self.keys.staging(b))
+        sizes = pipe.execute()
+        return sum(self.seal(b) for b, n in zip(ordered, sizes, strict=True) if n >= self.policy.capacity(b))
+
+    def seal_idle(self, now: float | None = None, limit: int = 100) -> int:
+        """Seal batches nobody staged into for ``seal_idle_s`` (partial batches and stragglers)."""
+        cutoff = int(((now or time.time()) - self.policy.seal_idle_s) * 1000)
+        raw: Any = self.redis.zrangebyscore(self.keys.open_batches, "-inf", cutoff, start=0, num=limit)
+        return sum(self.seal(int(b)) for b in raw)
+
+    def seal(self, batch_no: int) -> bool:
+        """Merge the staged records of a batch into its blob; safe against concurrent sealers."""
+        batch_key, stage_key = self.keys.batch(batch_no), self.keys.staging(batch_no)
+        for _ in range(_SEAL_RETRIES):
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.get(batch_key)
+            pipe.hgetall(stage_key)
+            blob, staged = pipe.execute()
+            if not staged:
+                self.redis.zrem(self.keys.open_batches, str(batch_no))
+                return False
+            records = {p.partition_id: p for p in self._decode_existing(batch_no, blob)}
+            for raw in staged.values():
+                part = ArchivedPartition.from_json(raw)
+                records[part.partition_id] = part
+            merged = [records[pid] for pid in sorted(records)]
+            workers = self.workers.register(p.worker_id for p in merged)
+            new_blob = encode_blob(merged, workers)
+            expire_at = 0
+            if self.tier() is Tier.SUMMARY:
+                expire_at = max(p.completed_at for p in merged) + self.policy.retention_s
+            digest = hashlib.sha1(blob).hexdigest() if blob else ""
+            sealed = self._scripts("seal", [batch_key, stage_key], [digest, len(staged), new_blob, expire_at])
+            if int(sealed):
+                self.redis.zrem(self.keys.open_batches, str(batch_no))
+                return True
+        raise RuntimeError(f"batch {batch_no}: gave up sealing after {_SEAL_RETRIES} conflicts")
+
+    def _decode_existing(self, batch_no: int, blob: bytes | None) -> list[ArchivedPartition]:
+        """Records already sealed in a batch; a corrupt blob is rebuilt from what is staged."""
+        if blob is None:
+            return []
+        try:
+            return self.decode_batch(blob)
+        except DecodeError:
+            return []
+
+    def decode_batch(self, blob: bytes) -> list[ArchivedPartition]:
+        try:
+            return decode_blob(blob, self.workers.map)
+        except DecodeError:
+            self.workers.refresh()  # another archiver may have registered new workers
+            return decode_blob(blob, self.workers.map)
+
+    # reads
 
     def get_simple(self, pid: int) -> bytes | None:
         return self.redis.hget(self.keys.completed, str(pid))  # type: ignore[return-value]
 
     def archived_total(self) -> int:
-        """Partitions ever archived, from the index bitmap."""
-        return int(self.redis.bitcount(self.keys.index))  # type: ignore[arg-type]
+        """Partitions ever archived (the committed total; equals the index bit count)."""
+        raw = self.redis.hget(self.keys.archive_meta, "total")
+        return int(raw) if raw else 0  # type: ignore[arg-type]
 
     def simple_size(self) -> int:
         return int(self.redis.hlen(self.keys.completed))  # type: ignore[arg-type]
+
+    def open_batch_count(self) -> int:
+        return int(self.redis.zcard(self.keys.open_batches))  # type: ignore[arg-type]

@@ -93,8 +93,26 @@ class KeySchema:
         """Bitmap: partitions ever archived (never cleared when detail expires)."""
         return f"{self._tagged}_completed:index"
 
+    @property
+    def archive_meta(self) -> str:
+        """Hash: ``total`` archived, current ``tier``, ``batch_size`` in use, transition progress."""
+        return f"{self._tagged}_completed:meta"
+
+    @property
+    def open_batches(self) -> str:
+        """Sorted set of batch numbers with staged records, score = last staging time (unix ms)."""
+        return f"{self._tagged}_completed:open"
+
+    def _batch_part(self, batch_no: int) -> str:
+        return f"{{{batch_no}}}" if self.cluster else str(batch_no)
+
     def batch(self, batch_no: int) -> str:
-        return f"{self.namespace}_completed:batch:{batch_no}"
+        """String: the sealed, encoded batch. In cluster mode tagged by batch number (not namespace)."""
+        return f"{self.namespace}_completed:batch:{self._batch_part(batch_no)}"
+
+    def staging(self, batch_no: int) -> str:
+        """Hash pid -> archived JSON of a batch not sealed yet; same slot as `batch`."""
+        return f"{self.namespace}_completed:stage:{self._batch_part(batch_no)}"
 
     @property
     def workers(self) -> str:

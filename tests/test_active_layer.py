@@ -263,7 +263,8 @@ def test_cluster_mode_tags_keys_that_scripts_touch_together(any_redis: redis.Red
     keys = layer.keys
     assert keys.active == f"{{{namespace}}}_partitions"
     assert keys.queue.startswith(f"{{{namespace}}}") and keys.index.startswith(f"{{{namespace}}}")
-    assert keys.batch(7) == f"{namespace}_completed:batch:7"
+    assert keys.batch(7) == f"{namespace}_completed:batch:{{7}}"  # tagged by batch, spread over slots
+    assert keys.staging(7) == f"{namespace}_completed:stage:{{7}}"
     layer.create_partitions(1, 1000, 1000)
     layer.claim("w")
     assert layer.complete(1, "w").archived is not None

@@ -78,8 +78,8 @@ def test_archiving_a_redelivered_entry_is_idempotent(real_redis: redis.Redis, na
     entries = queue.read_new("a", 10, 10)
     archive = ArchiveLayer(real_redis, keys)
     parts = [(e.entry_id, ArchivedPartition.from_json(e.payload)) for e in entries]
-    archive.write_simple(parts)
-    archive.write_simple(parts)
+    archive.archive(parts)
+    archive.archive(parts)
     assert archive.simple_size() == 5 and archive.archived_total() == 5
     assert real_redis.xlen(keys.queue) == 0
 

@@ -54,7 +54,7 @@ def test_index_without_detail_is_degraded(
     _, router, _ = world
     any_redis.setbit(KeySchema(namespace).index, 12, 1)
     answer = router.get(12)
-    assert answer.found and answer.degraded and "gone" in answer.detail
+    assert answer.source is Source.EXPIRED and answer.degraded and "expired" in answer.detail
 
 
 @pytest.mark.parametrize("pid", [0, -3, 2**32, "7", 1.0, None])

@@ -1,0 +1,196 @@
+"""The tiered archive on the real engine: each tier, transitions, concurrent sealing, expiry."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import redis
+
+from archiver import ArchiverDaemon, Config, QueryRouter, Source
+from codec import ArchivedPartition, ValidationError
+from layers import ArchiveLayer, ArchiveQueue, KeySchema, Tier, TierPolicy, migrate_step
+from tests.helpers import complete_partitions
+
+NOW = int(time.time())
+
+
+def parts(first: int, count: int, completed_at: int = NOW) -> list[ArchivedPartition]:
+    return [
+        ArchivedPartition(p, (p - 1) * 1000 + 1, p * 1000, f"worker{p % 7}", completed_at, 300)
+        for p in range(first, first + count)
+    ]
+
+
+def archive_layer(client: redis.Redis, namespace: str, **policy: object) -> ArchiveLayer:
+    layer = ArchiveLayer(client, KeySchema(namespace), TierPolicy(**policy))  # type: ignore[arg-type]
+    ArchiveQueue(client, layer.keys).ensure_group()
+    return layer
+
+
+def store(layer: ArchiveLayer, records: list[ArchivedPartition]) -> None:
+    layer.archive([(f"0-{r.partition_id}", r) for r in records])
+
+
+def router(client: redis.Redis, namespace: str, layer: ArchiveLayer) -> QueryRouter:
+    return QueryRouter(client, namespace, policy=layer.policy)
+
+
+def test_compressed_tier_stages_then_seals_full_and_idle_batches(real_redis: redis.Redis, namespace: str) -> None:
+    layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=0)
+    store(layer, parts(1, 250))
+    keys = layer.keys
+    assert layer.tier() is Tier.COMPRESSED
+    assert real_redis.exists(keys.batch(0), keys.batch(1)) == 2
+    assert not real_redis.exists(keys.batch(2)) and real_redis.hlen(keys.staging(2)) == 51
+    q = router(real_redis, namespace, layer)
+    assert q.get(150).source is Source.BATCH and q.get(220).source is Source.STAGING
+    assert q.get(220).partition == parts(220, 1)[0]
+    assert layer.seal_idle() == 1
+    assert q.get(220).source is Source.BATCH and not real_redis.exists(keys.staging(2))
+    assert real_redis.bitcount(keys.index) == 250 and layer.archived_total() == 250
+    assert real_redis.hlen(keys.completed) == 0 and layer.open_batch_count() == 0
+
+
+def test_straggler_reseals_its_batch(real_redis: redis.Redis, namespace: str) -> None:
+    layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=0)
+    batch = parts(500, 100)
+    store(layer, batch[:40] + batch[41:])
+    layer.seal_idle()
+    store(layer, [batch[40]])
+    assert layer.seal_idle() == 1
+    assert layer.decode_batch(real_redis.get(layer.keys.batch(5))) == batch  # type: ignore[arg-type]
+
+
+def test_concurrent_archivers_sealing_one_batch_lose_nothing(real_redis: redis.Redis, namespace: str) -> None:
+    batch = parts(700, 100)
+    errors: list[BaseException] = []
+
+    def archiver(share: list[ArchivedPartition]) -> None:
+        layer = archive_layer(real_redis, namespace, compressed_from=0)
+        try:
+            for record in share:
+                layer.stage([record])
+                layer.seal(7)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=archiver, args=(batch[i::4],)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    layer = archive_layer(real_redis, namespace, compressed_from=0)
+    layer.seal(7)
+    assert layer.decode_batch(real_redis.get(layer.keys.batch(7))) == batch  # type: ignore[arg-type]
+    assert not real_redis.exists(layer.keys.staging(7))
+
+
+def test_summary_tier_expires_from_completion_time(real_redis: redis.Redis, namespace: str) -> None:
+    layer = archive_layer(real_redis, namespace, compressed_from=0, summary_above=0, retention_s=3, seal_idle_s=0)
+    store(layer, parts(1, 99, completed_at=NOW - 86400))  # a backfill: expires at once
+    store(layer, parts(100, 100, completed_at=int(time.time())))
+    assert layer.tier() is Tier.SUMMARY
+    keys = layer.keys
+    assert not real_redis.exists(keys.batch(0))
+    assert 0 < real_redis.ttl(keys.batch(1)) <= 3
+    q = router(real_redis, namespace, layer)
+    old = q.get(5)
+    assert old.source is Source.EXPIRED and old.degraded
+    assert q.get(150).source is Source.BATCH
+    deadline = time.time() + 10
+    while real_redis.exists(keys.batch(1)) and time.time() < deadline:
+        time.sleep(0.2)
+    assert q.get(150).source is Source.EXPIRED
+    assert real_redis.getbit(keys.index, 150) == 1  # "ever completed" survives expiry
+
+
+def test_simple_to_compressed_transition_moves_everything(real_redis: redis.Redis, namespace: str) -> None:
+    layer = archive_layer(real_redis, namespace, compressed_from=1000, migrate_chunk=150, seal_idle_s=0)
+    store(layer, parts(1, 999))
+    assert layer.tier() is Tier.SIMPLE and layer.simple_size() == 999
+    memory_before = real_redis.memory_usage(layer.keys.completed) or 0
+    store(layer, parts(1000, 200))
+    assert layer.tier() is Tier.COMPRESSED
+    q = router(real_redis, namespace, layer)
+    stop = threading.Event()
+    misses: list[int] = []
+
+    def read_all_the_time() -> None:
+        while not stop.is_set():
+            for pid in range(1, 1200, 37):
+                if not q.get(pid).found or q.get(pid).degraded:
+                    misses.append(pid)
+
+    reader = threading.Thread(target=read_all_the_time)
+    reader.start()
+    steps = 0
+    while migrate_step(layer):
+        steps += 1
+    layer.seal_idle()
+    stop.set()
+    reader.join()
+    assert misses == []
+    assert steps >= 7  # bounded chunks of 150
+    assert layer.simple_size() == 0 and not real_redis.exists(layer.keys.completed)
+    assert all(q.get(p).source is Source.BATCH for p in (1, 500, 999, 1000, 1199))
+    sealed = sum(real_redis.memory_usage(layer.keys.batch(b)) or 0 for b in range(12))
+    assert sealed < memory_before / 5
+
+
+def test_compressed_to_summary_applies_expiry_to_existing_batches(real_redis: redis.Redis, namespace: str) -> None:
+    layer = archive_layer(real_redis, namespace, compressed_from=0, summary_above=300, retention_s=3600)
+    store(layer, parts(1, 299))
+    assert all(real_redis.ttl(layer.keys.batch(b)) == -1 for b in range(3))
+    store(layer, parts(300, 100))
+    assert layer.tier() is Tier.SUMMARY
+    while migrate_step(layer):
+        pass
+    ttls = [real_redis.ttl(layer.keys.batch(b)) for b in range(4)]
+    assert all(3000 < t <= 3600 for t in ttls), ttls
+
+
+def test_corrupt_batch_blob_degrades_and_is_counted(real_redis: redis.Redis, namespace: str) -> None:
+    layer = archive_layer(real_redis, namespace, compressed_from=0)
+    store(layer, parts(100, 100))
+    key = layer.keys.batch(1)
+    blob = bytearray(real_redis.get(key))  # type: ignore[arg-type]
+    blob[20] ^= 0x10
+    real_redis.set(key, bytes(blob))
+    q = router(real_redis, namespace, layer)
+    answer = q.get(150)
+    assert answer.degraded and answer.source is Source.EXPIRED and "cannot be decoded" in answer.detail
+    assert q.decode_failures == 1
+    with_summary = QueryRouter(real_redis, namespace, policy=layer.policy, summary_lookup=lambda pid: {"range": 0})
+    assert with_summary.get(150).source is Source.STATISTICS
+
+
+def test_batch_size_cannot_change_under_a_namespace(real_redis: redis.Redis, namespace: str) -> None:
+    store(archive_layer(real_redis, namespace, batch_size=100), parts(1, 5))
+    with pytest.raises(ValidationError):
+        store(archive_layer(real_redis, namespace, batch_size=50), parts(6, 5))
+
+
+def test_daemon_archives_through_the_tiers(real_redis: redis.Redis, namespace: str) -> None:
+    config = Config(
+        namespace=namespace,
+        block_ms=20,
+        compressed_from=300,
+        summary_above=600,
+        seal_idle_s=0,
+        maintenance_interval_s=0,
+    )
+    daemon = ArchiverDaemon(real_redis, config, consumer="t")
+    daemon.queue.ensure_group()
+    pids = complete_partitions(real_redis, namespace, 1000)
+    while daemon.run_once():
+        pass
+    q = QueryRouter(real_redis, namespace, policy=config.policy)
+    answers = [q.get(p) for p in pids]
+    assert daemon.archive.tier() is Tier.SUMMARY
+    assert all(a.found and not a.degraded for a in answers)
+    assert {a.source for a in answers} == {Source.BATCH}
+    assert real_redis.hlen(daemon.keys.completed) == 0 and real_redis.xlen(daemon.keys.queue) == 0
+    assert daemon.archive.archived_total() == 1000
