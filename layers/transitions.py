@@ -32,7 +32,8 @@ def migrate_step(archive: ArchiveLayer) -> int:
 
 def _move_simple_chunk(archive: ArchiveLayer) -> int:
     keys, policy = archive.keys, archive.policy
-    _, raw = archive.redis.hscan(keys.completed, 0, count=policy.migrate_chunk)
+    reply: Any = archive.redis.hscan(keys.completed, 0, count=policy.migrate_chunk)
+    raw = reply[1]
     if not raw:
         return 0
     parts: list[ArchivedPartition] = []
