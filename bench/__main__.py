@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import sys
 
-from bench import codec_bench
+from archiver.logs import configure_logging
+from bench import codec_bench, latency_bench, memory_bench
 
-SECTIONS = {"codec": codec_bench.run}
+SECTIONS = {"codec": codec_bench.run, "latency": latency_bench.run, "memory": memory_bench.run}
 
 
 def main(argv: list[str]) -> int:
+    configure_logging("warning")
     names = argv or list(SECTIONS)
     unknown = [n for n in names if n not in SECTIONS]
     if unknown:

@@ -8,7 +8,6 @@ computed). `ArchivedPartition` is what the archive keeps of a completed partitio
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
 import orjson
@@ -17,12 +16,17 @@ from codec.errors import DecodeError, ValidationError
 from codec.validate import (
     MAX_DURATION,
     MAX_ERROR_BYTES,
+    MAX_ID,
     MAX_TIMESTAMP,
+    MAX_WORKER_ID_BYTES,
     check_int,
     check_pid,
     check_range,
     check_text,
     check_worker_id,
+)
+from codec.validate import (
+    has_control_characters as _has_control,
 )
 
 MAX_OPTIONS_BYTES = 16384
@@ -39,8 +43,7 @@ class Status(enum.StrEnum):
 ACTIVE_STATUSES = (Status.PENDING, Status.CLAIMED, Status.RUNNING, Status.FAILED)
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionInfo:
+class _PartitionFields(NamedTuple):
     partition_id: int
     min_id: int
     max_id: int
@@ -52,33 +55,76 @@ class PartitionInfo:
     updated_at: int = 0
     last_heartbeat: int = 0
     claimed_at: int = 0
-    options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = {}
 
-    def __post_init__(self) -> None:
-        check_pid(self.partition_id)
-        check_range(self.min_id, self.max_id)
-        if not isinstance(self.status, Status):
-            try:
-                object.__setattr__(self, "status", Status(self.status))
-            except ValueError:
-                raise ValidationError(f"unknown status {self.status!r}") from None
-        if self.worker_id:
-            check_worker_id(self.worker_id)
-        elif not isinstance(self.worker_id, str):
+
+class PartitionInfo(_PartitionFields):
+    """An active-layer record. Immutable; the constructor validates every field."""
+
+    __slots__ = ()
+
+    def __new__(
+        cls,
+        partition_id: int,
+        min_id: int,
+        max_id: int,
+        status: Status | str = Status.PENDING,
+        worker_id: str = "",
+        version: int = 0,
+        error: str = "",
+        created_at: int = 0,
+        updated_at: int = 0,
+        last_heartbeat: int = 0,
+        claimed_at: int = 0,
+        options: dict[str, Any] | None = None,
+    ) -> PartitionInfo:
+        check_pid(partition_id)
+        check_range(min_id, max_id)
+        try:
+            status = Status(status)
+        except ValueError:
+            raise ValidationError(f"unknown status {status!r}") from None
+        if worker_id:
+            check_worker_id(worker_id)
+        elif not isinstance(worker_id, str):
             raise ValidationError("worker_id must be a string")
-        check_int("version", self.version, 0, 2**53)
-        check_text("error", self.error, MAX_ERROR_BYTES, allow_empty=True, multiline=True)
-        if not isinstance(self.options, dict):
+        check_int("version", version, 0, 2**53)
+        check_text("error", error, MAX_ERROR_BYTES, allow_empty=True, multiline=True)
+        if options is None:
+            options = {}
+        if not isinstance(options, dict):
             raise ValidationError("options must be a JSON object")
-        for name in ("created_at", "updated_at", "last_heartbeat", "claimed_at"):
-            check_int(name, getattr(self, name), 0, MAX_TIMESTAMP)
+        for name, value in (
+            ("created_at", created_at),
+            ("updated_at", updated_at),
+            ("last_heartbeat", last_heartbeat),
+            ("claimed_at", claimed_at),
+        ):
+            check_int(name, value, 0, MAX_TIMESTAMP)
+        return tuple.__new__(
+            cls,
+            (
+                partition_id,
+                min_id,
+                max_id,
+                status,
+                worker_id,
+                version,
+                error,
+                created_at,
+                updated_at,
+                last_heartbeat,
+                claimed_at,
+                dict(options),
+            ),
+        )
 
     @property
     def processed_data(self) -> int:
         return self.max_id - self.min_id + 1
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = self._asdict()
         data["status"] = self.status.value
         return data
 
@@ -93,7 +139,48 @@ class PartitionInfo:
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> PartitionInfo:
+        """Parse a stored record. The common, well-formed case skips the per-field error paths."""
+        try:
+            data = orjson.loads(raw)
+            fast = _fast_partition(data)
+        except (orjson.JSONDecodeError, TypeError, KeyError):
+            fast = None
+        if fast is not None:
+            return tuple.__new__(cls, fast)
         return _from_json(cls, raw)
+
+
+_STATUSES = {s.value: s for s in Status}
+_TS = MAX_TIMESTAMP
+
+
+def _fast_partition(data: Any) -> tuple[Any, ...] | None:
+    """The record's fields if ``data`` is a well-formed record, else None (the slow path explains)."""
+    if type(data) is not dict or len(data) != 12:
+        return None
+    pid, lo, hi = data["partition_id"], data["min_id"], data["max_id"]
+    worker, error, version, options = data["worker_id"], data["error"], data["version"], data["options"]
+    times = (data["created_at"], data["updated_at"], data["last_heartbeat"], data["claimed_at"])
+    status = _STATUSES.get(data["status"])
+    if not (
+        status is not None
+        and type(pid) is int
+        and type(lo) is int
+        and type(hi) is int
+        and type(version) is int
+        and 1 <= pid <= MAX_ID
+        and 0 <= lo <= hi <= MAX_ID
+        and 0 <= version <= MAX_ID
+        and all(type(t) is int and 0 <= t <= _TS for t in times)
+        and type(worker) is str
+        and len(worker) <= MAX_WORKER_ID_BYTES // 4
+        and not _has_control(worker)
+        and type(error) is str
+        and not error
+        and type(options) is dict
+    ):
+        return None
+    return (pid, lo, hi, status, worker, version, error, *times, options)
 
 
 class _ArchivedFields(NamedTuple):

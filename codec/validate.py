@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from codec.errors import ValidationError
@@ -11,6 +12,8 @@ MAX_TIMESTAMP = 2**40
 MAX_DURATION = 10**9
 MAX_WORKER_ID_BYTES = 256
 MAX_ERROR_BYTES = 8192
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+_CONTROL_MULTILINE = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
 
 
 def check_int(name: str, value: Any, lo: int, hi: int) -> int:
@@ -45,11 +48,14 @@ def check_text(name: str, value: Any, max_bytes: int, *, allow_empty: bool, mult
         raise ValidationError(f"{name} is not valid unicode text") from None
     if size > max_bytes:
         raise ValidationError(f"{name} is {size} bytes, the limit is {max_bytes}")
-    allowed = "\n\t" if multiline else ""
-    if any((ord(ch) < 32 or ord(ch) == 127) and ch not in allowed for ch in value):
+    if (_CONTROL_MULTILINE if multiline else _CONTROL).search(value):
         raise ValidationError(f"{name} contains control characters")
     return value
 
 
 def check_worker_id(value: Any) -> str:
     return check_text("worker_id", value, MAX_WORKER_ID_BYTES, allow_empty=False)
+
+
+def has_control_characters(value: str) -> bool:
+    return _CONTROL.search(value) is not None

@@ -194,6 +194,8 @@ class ActiveLayer:
         records = [PartitionInfo.from_json(v) for v in raw.values()]  # type: ignore[union-attr]
         return sorted(records, key=lambda r: r.partition_id)
 
+    get_all_active = all_active
+
     def iter_active(self, batch: int = 1000) -> Iterator[PartitionInfo]:
         """Every active partition, in no particular order, without loading them all at once."""
         for _, raw in self.redis.hscan_iter(self.keys.active, count=batch):
