@@ -52,6 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", parents=[common], help="layer sizes and queue backlog")
     status.add_argument("--json", action="store_true")
 
+    stats = sub.add_parser("stats", parents=[common], help="merged statistics; verify or repair them")
+    stats.add_argument("action", nargs="?", choices=["show", "verify"], default="show")
+    stats.add_argument("--repair", action="store_true", help="with verify: rebuild what the stored data proves")
+    stats.add_argument("--range", type=int, dest="range_no", help="show one ID range's statistics")
+    stats.add_argument("--day", help="show one UTC day's time series (YYYY-MM-DD)")
+    stats.add_argument("--json", action="store_true")
+
     demo = sub.add_parser("demo", parents=[common], help="the whole system on an embedded engine")
     demo.add_argument("--partitions", type=int, default=20_000)
     demo.add_argument("--workers", type=int, default=8)
@@ -149,6 +156,7 @@ def cmd_demo(args: argparse.Namespace, config: Config) -> int:
             ("archived (index)", report.archived),
             ("found by the router", f"{report.found} ({report.found_in_archive} from the archive)"),
             ("archive queue length", report.queue_length),
+            ("statistics: completed", report.stats_completed),
             ("elapsed", f"{report.elapsed_s} s"),
         ]
         print("\npartarchive demo report")
@@ -158,7 +166,18 @@ def cmd_demo(args: argparse.Namespace, config: Config) -> int:
     return 0 if report.ok else EXIT_ERROR
 
 
-COMMANDS = {"run": cmd_run, "get": cmd_get, "status": cmd_status, "demo": cmd_demo}
+def cmd_stats(args: argparse.Namespace, config: Config) -> int:
+    from archiver.stats_cli import show_stats, verify_stats
+
+    client = connect(config.redis_url or DEFAULT_REDIS_URL)
+    if args.action == "verify":
+        return verify_stats(client, config, repair=args.repair, as_json=args.json)
+    if args.repair:
+        raise CliError("--repair goes with 'stats verify'")
+    return show_stats(client, config, range_no=args.range_no, day=args.day, as_json=args.json)
+
+
+COMMANDS = {"run": cmd_run, "get": cmd_get, "status": cmd_status, "stats": cmd_stats, "demo": cmd_demo}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -29,6 +29,9 @@ class Config:
     retention_s: int = 24 * 3600
     seal_idle_s: float = 60.0
     maintenance_interval_s: float = 1.0
+    stats_flush_count: int = 100
+    stats_flush_interval_s: float = 30.0
+    stats_range_width: int = 1000
 
     @property
     def policy(self) -> TierPolicy:
@@ -42,10 +45,15 @@ class Config:
 
     def __post_init__(self) -> None:
         check_namespace(self.namespace)
-        for name in ("read_count", "block_ms", "claim_idle_ms"):
+        for name in ("read_count", "block_ms", "claim_idle_ms", "stats_flush_count", "stats_range_width"):
             if getattr(self, name) < 1:
                 raise ValidationError(f"{name} must be at least 1")
-        if self.drain_timeout_s <= 0 or self.lease_timeout_s <= 0 or self.maintenance_interval_s < 0:
+        if (
+            self.drain_timeout_s <= 0
+            or self.lease_timeout_s <= 0
+            or self.maintenance_interval_s < 0
+            or self.stats_flush_interval_s <= 0
+        ):
             raise ValidationError("timeouts must be positive")
         _ = self.policy  # validates the tier settings
 

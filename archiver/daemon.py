@@ -23,7 +23,17 @@ import structlog
 
 from archiver.config import Config
 from codec import ArchivedPartition, DecodeError
-from layers import MAX_PARTITION_ID, ArchiveLayer, ArchiveQueue, KeySchema, QueueEntry, Tier, migrate_step
+from layers import (
+    MAX_PARTITION_ID,
+    ArchiveLayer,
+    ArchiveQueue,
+    CommitResult,
+    KeySchema,
+    QueueEntry,
+    Tier,
+    migrate_step,
+)
+from stats import StatsAccumulator
 
 log = structlog.get_logger("partarchive.archiver")
 
@@ -40,6 +50,12 @@ class ArchiverDaemon:
         self.keys = KeySchema(config.namespace, config.cluster)
         self.queue = ArchiveQueue(redis_client, self.keys)
         self.archive = ArchiveLayer(redis_client, self.keys, config.policy)
+        self.stats = StatsAccumulator(
+            self.archive,
+            flush_count=config.stats_flush_count,
+            flush_interval_s=config.stats_flush_interval_s,
+            range_width=config.stats_range_width,
+        )
         self.consumer = consumer or default_consumer_name()
         self.archived = 0
         self.dead_lettered = 0
@@ -69,9 +85,22 @@ class ArchiverDaemon:
             while not self._stop.is_set():
                 self._round_with_retry()
         finally:
+            self.flush()
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             log.info("archiver stopped", consumer=self.consumer, archived=self.archived)
+
+    def flush(self) -> None:
+        """Commit what the statistics accumulator holds (also done on stop).
+
+        If Redis is gone the entries stay pending and are redelivered to another archiver.
+        """
+        if not self.stats.pending:
+            return
+        try:
+            self._note(self.stats.flush())
+        except redis.RedisError as exc:
+            log.warning("final flush failed; entries stay pending for another archiver", error=str(exc))
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if self._stop.is_set():
@@ -105,15 +134,19 @@ class ArchiverDaemon:
 
     def maintain(self, *, force: bool = False) -> int:
         """Seal idle batches and advance tier transitions, at most every ``maintenance_interval_s``."""
+        flushed = 0
+        if self.stats.due():
+            flushed = self.stats.pending
+            self._note(self.stats.flush())
         now = time.monotonic()
         if not force and now < self._next_maintenance:
-            return 0
+            return flushed
         self._next_maintenance = now + self.config.maintenance_interval_s
         sealed = self.archive.seal_idle()
         moved = migrate_step(self.archive)
         if sealed or moved:
             log.info("maintenance", sealed=sealed, migrated=moved, tier=self.archive.tier().value)
-        return sealed + moved
+        return flushed + sealed + moved
 
     def _process(self, entries: list[QueueEntry]) -> int:
         if not entries:
@@ -133,12 +166,16 @@ class ArchiverDaemon:
                 continue
             good.append((entry.entry_id, part))
         if good:
-            result = self.archive.archive(good)
+            self.archive.write_detail([part for _, part in good])
             self.archived += len(good)
-            if result.tier is not self._tier:
-                log.info("tier changed", tier=result.tier.value, total=result.total)
-                self._tier = result.tier
+            for result in self.stats.add(good):
+                self._note(result)
         return len(entries)
+
+    def _note(self, result: CommitResult) -> None:
+        if result.tier is not self._tier:
+            log.info("tier changed", tier=result.tier.value, total=result.total)
+            self._tier = result.tier
 
 
 def _hard_exit(signum: int) -> None:
@@ -152,3 +189,14 @@ def run_until(daemon: ArchiverDaemon, done: Callable[[], bool], poll_s: float = 
     while not done() and not daemon.stopping:
         if daemon.run_once() == 0:
             time.sleep(poll_s)
+    daemon.flush()
+
+
+def drain(daemon: ArchiverDaemon) -> int:
+    """Handle everything in the queue now, then flush: for tests, benchmarks and the demo."""
+    daemon.queue.ensure_group()
+    handled = 0
+    while n := daemon.run_once():
+        handled += n
+    daemon.flush()
+    return handled

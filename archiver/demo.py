@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import redis
@@ -15,6 +15,7 @@ from archiver.config import Config
 from archiver.daemon import ArchiverDaemon, run_until
 from archiver.router import QueryRouter, Source
 from layers import ActiveLayer, ArchiveLayer, KeySchema
+from stats import StatsReader
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,12 +28,15 @@ class DemoReport:
     found: int
     found_in_archive: int
     queue_length: int
+    stats_completed: int
     elapsed_s: float
     engine: str
 
     @property
     def ok(self) -> bool:
-        return self.active_size == 0 and self.found_in_archive == self.partitions
+        return (
+            self.active_size == 0 and self.found_in_archive == self.partitions and self.stats_completed == self.archived
+        )
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -96,7 +100,7 @@ def run_demo(
         threading.Thread(target=_worker, args=(active, f"worker{i + 1}", fail_rate, stats, lock, finished), daemon=True)
         for i in range(workers)
     ]
-    daemon = ArchiverDaemon(client, config, consumer="demo-archiver")
+    daemon = ArchiverDaemon(client, replace(config, stats_flush_interval_s=0.5), consumer="demo-archiver")
     archive = ArchiveLayer(client, KeySchema(config.namespace, config.cluster))
     queue_keys = daemon.keys
 
@@ -128,6 +132,9 @@ def run_demo(
         found=found,
         found_in_archive=in_archive,
         queue_length=int(client.xlen(queue_keys.queue)),  # type: ignore[arg-type]
+        stats_completed=StatsReader(client, config.namespace, cluster=config.cluster).stats()["completed"][
+            "total_completed"
+        ],
         elapsed_s=round(time.monotonic() - started, 2),
         engine=engine,
     )

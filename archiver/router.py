@@ -18,6 +18,7 @@ import redis
 from codec import ArchivedPartition, DecodeError, PartitionInfo
 from layers import ArchiveLayer, KeySchema, TierPolicy
 from layers.active import check_partition_id
+from stats import StatsReader
 
 
 class Source(enum.StrEnum):
@@ -80,6 +81,8 @@ class QueryRouter:
         self.redis = redis_client
         self.keys = KeySchema(namespace, cluster)
         self.archive = ArchiveLayer(redis_client, self.keys, policy)
+        if summary_lookup is None:
+            summary_lookup = StatsReader(redis_client, namespace, cluster=cluster).range_summary
         self.summary_lookup = summary_lookup
         self.decode_failures = 0
         self.decode_successes = 0

@@ -141,3 +141,21 @@ def _chunks_of_batches(
         group.append((current_no, current))
     if group:
         yield group
+
+
+def write_stats(
+    client: redis.Redis, keys: KeySchema, parts: Iterable[ArchivedPartition], range_width: int = 1000, chunk: int = 5000
+) -> None:
+    """The statistics keys for ``parts``, applied by the commit script as a flush would.
+
+    The partitions are not counted again in the index (the writers above set it), so the
+    commit is given no entries, only the statistics updates.
+    """
+    from layers import ArchiveLayer
+    from stats import rollup_ops
+
+    archive = ArchiveLayer(client, keys)
+    client.hsetnx(keys.stats_meta, "range_width", range_width)
+    for records in _chunks(parts, chunk):
+        stats_keys, ops = rollup_ops(records, keys, range_width, records[-1].completed_at)
+        archive.commit([], [], stats_keys, ops)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,31 +72,73 @@ class ArchiveLayer:
 
     # write path
 
-    def archive(self, entries: Sequence[tuple[str, ArchivedPartition]], *, extra: Any = None) -> CommitResult:
-        """Store the partitions in the current tier, then commit (index, total, acknowledgement)."""
-        if not entries:
-            return CommitResult(0, self.tier(), 0)
+    def archive(self, entries: Sequence[tuple[str, ArchivedPartition]]) -> CommitResult:
+        """Write the partitions' detail, then commit them (without statistics)."""
+        self.write_detail([part for _, part in entries])
+        return self.commit_deduplicated(entries, lambda parts: ([], []))
+
+    def write_detail(self, parts: Sequence[ArchivedPartition]) -> Tier:
+        """Store the records in the current tier (idempotent); returns that tier."""
+        if not parts:
+            return self.tier()
         self.check_batch_size()
         tier = self.tier()
-        if tier is not Tier.SIMPLE:
-            self.stage([part for _, part in entries])
-        result = self.commit(entries, store_simple=tier is Tier.SIMPLE)
-        if tier is not Tier.SIMPLE:
-            self.seal_full({self.policy.batch_of(p.partition_id) for _, p in entries})
-        return result
+        if tier is Tier.SIMPLE:
+            mapping = {str(p.partition_id): p.to_json() for p in parts}
+            self.redis.hset(self.keys.completed, mapping=mapping)  # type: ignore[arg-type]
+        else:
+            self.seal_full(self.stage(parts))
+        return tier
 
-    def commit(self, entries: Sequence[tuple[str, ArchivedPartition]], *, store_simple: bool) -> CommitResult:
-        args: list[object] = [
-            ARCHIVER_GROUP,
-            int(store_simple),
-            self.policy.compressed_from,
-            self.policy.summary_above,
-        ]
-        for entry_id, part in entries:
-            args += [entry_id, part.partition_id, part.to_json() if store_simple else b""]
+    def commit(
+        self,
+        counted: Sequence[tuple[str, ArchivedPartition]],
+        ack_only: Sequence[str] = (),
+        stats_keys: Sequence[str] = (),
+        ops: Sequence[tuple[int, str, str, int]] = (),
+    ) -> CommitResult | list[int]:
+        """One script: index bits, total, tier, statistics ``ops``, acknowledgements.
+
+        Returns the pids already in the index instead (nothing written) when there are any.
+        ``ops`` are (position in ``stats_keys``, '+'|'<'|'>', field, value).
+        """
         k = self.keys
-        total, tier, new = self._scripts("commit", [k.completed, k.index, k.queue, k.archive_meta], args)
-        return CommitResult(int(total), Tier(_text(tier)), int(new))
+        args: list[object] = [ARCHIVER_GROUP, self.policy.compressed_from, self.policy.summary_above, len(counted)]
+        for entry_id, part in counted:
+            args += [entry_id, part.partition_id]
+        args.append(len(ack_only))
+        args += ack_only
+        for key_pos, op, field, value in ops:
+            args += [key_pos + 4, op, field, value]
+        reply = self._scripts("commit", [k.index, k.queue, k.archive_meta, *stats_keys], args)
+        if _text(reply[0]) == "dup":
+            return [int(p) for p in reply[1:]]
+        return CommitResult(int(reply[1]), Tier(_text(reply[2])), int(reply[3]))
+
+    def commit_deduplicated(
+        self,
+        entries: Sequence[tuple[str, ArchivedPartition]],
+        build_ops: Callable[[list[ArchivedPartition]], tuple[list[str], list[tuple[int, str, str, int]]]],
+    ) -> CommitResult:
+        """Commit, counting each partition once: a pid seen twice in ``entries`` or already in
+        the index is only acknowledged. ``build_ops`` gives the statistics for the counted ones."""
+        already: set[int] = set()
+        for _ in range(3):
+            counted: list[tuple[str, ArchivedPartition]] = []
+            ack_only: list[str] = []
+            seen: set[int] = set()
+            for entry_id, part in entries:
+                if part.partition_id in seen or part.partition_id in already:
+                    ack_only.append(entry_id)
+                else:
+                    seen.add(part.partition_id)
+                    counted.append((entry_id, part))
+            keys, ops = build_ops([p for _, p in counted])
+            result = self.commit(counted, ack_only, keys, ops)
+            if isinstance(result, CommitResult):
+                return result
+            already.update(result)
+        raise RuntimeError("commit kept finding new duplicates; is another archiver misconfigured?")
 
     def stage(self, parts: Sequence[ArchivedPartition]) -> set[int]:
         """Put records in their batches' staging hashes; returns the batch numbers touched."""

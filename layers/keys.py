@@ -124,6 +124,30 @@ class KeySchema:
         """Hash short number -> worker_id, the reverse of `workers`."""
         return f"{self._tagged}_workers:by_short"
 
+    # statistics layer (tagged: the commit script updates them with the index and the queue)
+    @property
+    def stats_global(self) -> str:
+        """Hash: completed, processed, duration, last_updated."""
+        return f"{self._tagged}_stats:global"
+
+    @property
+    def stats_workers(self) -> str:
+        """Hash ``{short}:c`` / ``{short}:d`` / ``{short}:p``: count, total duration, processed data."""
+        return f"{self._tagged}_stats:workers"
+
+    def stats_range(self, range_no: int) -> str:
+        """Hash for partitions ``range_no * width .. + width - 1``: totals, bounds, per-worker fields."""
+        return f"{self._tagged}_stats:range:{range_no}"
+
+    def stats_day(self, day: str) -> str:
+        """Hash for one UTC day (YYYY-MM-DD): ``h00``..``h23`` completions, ``w{short}`` per worker."""
+        return f"{self._tagged}_stats:day:{day}"
+
+    @property
+    def stats_meta(self) -> str:
+        """Hash: range width in use, last consistency check (time, result, differences)."""
+        return f"{self._tagged}_stats:meta"
+
     def patterns(self) -> list[str]:
         """SCAN patterns that match every key of this namespace (for tests and cleanup)."""
         tagged = self._tagged.replace("{", "\\{").replace("}", "\\}")

@@ -21,6 +21,7 @@ class WorkerRegistry:
         self.keys = keys
         self.map = WorkerMap()
         self._scripts = Scripts(redis_client)
+        self.round_trips = 0
 
     def register(self, worker_ids: Iterable[str]) -> WorkerMap:
         """Make sure every worker has a number (assigned atomically in Redis); returns the local map."""
@@ -28,6 +29,7 @@ class WorkerRegistry:
         for w in new:
             check_worker_id(w)
         if new:
+            self.round_trips += 1
             shorts = self._scripts("register_workers", [self.keys.workers, self.keys.workers_by_short], new)
             for worker_id, short in zip(new, shorts, strict=True):
                 self.map.add(int(short), worker_id)

@@ -1,1 +1,17 @@
-"""Statistics layer: rollups of completed partitions (built by the statistics issue)."""
+"""Statistics layer: batched rollups counted exactly once, the merged view, verify and repair."""
+
+from stats.accumulator import DEFAULT_RANGE_WIDTH, StatsAccumulator
+from stats.reader import StatsReader
+from stats.rollup import day_of, rollup_ops
+from stats.verify import CheckReport, Difference, StatsChecker
+
+__all__ = [
+    "DEFAULT_RANGE_WIDTH",
+    "CheckReport",
+    "Difference",
+    "StatsAccumulator",
+    "StatsChecker",
+    "StatsReader",
+    "day_of",
+    "rollup_ops",
+]

@@ -30,6 +30,7 @@ def cli_env(url: str, namespace: str, **extra: str) -> dict[str, str]:
 
 
 def start_archiver(url: str, namespace: str, *args: str, **extra: str) -> subprocess.Popen[bytes]:
+    extra.setdefault("PARTARCHIVE_STATS_FLUSH_INTERVAL_S", "0.5")
     return subprocess.Popen(
         [sys.executable, "-m", "archiver", "run", *args],
         env=cli_env(url, namespace, **extra),

@@ -9,6 +9,7 @@ import orjson
 import redis
 
 from archiver import ArchiverDaemon, Config
+from archiver.daemon import drain
 from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, KeySchema
 from tests.helpers import complete_partitions, start_archiver, wait_for
@@ -23,8 +24,7 @@ def test_archives_into_simple_tier_and_empties_the_stream(real_redis: redis.Redi
     keys = KeySchema(namespace)
     daemon = _daemon(real_redis, namespace)
     daemon.queue.ensure_group()
-    while daemon.run_once():
-        pass
+    drain(daemon)
     assert daemon.archived == 1200
     assert real_redis.hlen(keys.completed) == 1200
     assert real_redis.bitcount(keys.index) == 1200
@@ -61,8 +61,7 @@ def test_corrupt_entry_goes_to_dead_letter_with_reason(real_redis: redis.Redis, 
     real_redis.xadd(keys.queue, {"p": orjson.dumps({"partition_id": -4})})
     daemon = _daemon(real_redis, namespace)
     daemon.queue.ensure_group()
-    while daemon.run_once():
-        pass
+    drain(daemon)
     assert daemon.archived == 3 and daemon.dead_lettered == 2
     dead = real_redis.xrange(keys.dead_letter)
     assert len(dead) == 2 and all(d[1][b"reason"] for d in dead)

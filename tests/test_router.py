@@ -6,6 +6,7 @@ import pytest
 import redis
 
 from archiver import ArchiverDaemon, Config, QueryRouter, Source
+from archiver.daemon import drain
 from codec import ValidationError
 from layers import ActiveLayer, KeySchema
 
@@ -24,8 +25,7 @@ def test_answers_from_each_layer(world: tuple[ActiveLayer, QueryRouter, Archiver
     active.complete(1, "w")
     queued = router.get(1)
     assert (queued.source, queued.status, queued.degraded) == (Source.QUEUE, "completed", True)
-    daemon.queue.ensure_group()
-    daemon.run_once()
+    drain(daemon)
     archived = router.get(1)
     assert archived.source is Source.SIMPLE and not archived.degraded
     assert archived.partition is not None and archived.partition.to_dict()["worker_id"] == "w"

@@ -1,41 +1,67 @@
--- Commit archived partitions: set their index bits, count the new ones, move the tier up
--- when the total crosses a threshold, and acknowledge + delete their queue entries.
--- With store_simple = 1 the record JSON is written to the simple-tier hash as well.
--- Idempotent: a redelivered partition finds its bit set and is not counted again.
--- KEYS[1] completed hash   KEYS[2] index bitmap   KEYS[3] archive queue   KEYS[4] archive meta hash
--- ARGV[1] consumer group   ARGV[2] store_simple (0/1)   ARGV[3] compressed_from   ARGV[4] summary_above
--- ARGV[5..] triplets: entry id, pid, archived JSON
--- Returns {total archived, tier, number newly counted}.
-local store_simple = ARGV[2] == '1'
-local new = 0
-local max_pid = tonumber(redis.call('HGET', KEYS[4], 'max_pid') or '0')
-local seen_max = max_pid
-for i = 5, #ARGV, 3 do
-  local id, pid = ARGV[i], ARGV[i + 1]
-  seen_max = math.max(seen_max, tonumber(pid))
-  if store_simple then
-    redis.call('HSET', KEYS[1], pid, ARGV[i + 2])
+-- Commit archived partitions, exactly once: set their index bits, count the new ones, move
+-- the tier up when the total crosses a threshold, apply their statistics, and acknowledge +
+-- delete their queue entries, all in one step. If any counted partition already has its
+-- index bit (a redelivered entry), nothing is written and the duplicates are returned, so
+-- the caller can rebuild the statistics without them and move them to the ack-only list.
+-- KEYS[1] index bitmap   KEYS[2] archive queue   KEYS[3] archive meta hash
+-- KEYS[4..] statistics hashes (the ops below address them by position in KEYS)
+-- ARGV[1] consumer group   ARGV[2] compressed_from   ARGV[3] summary_above
+-- ARGV[4] n, then n pairs: entry id, pid                  (counted entries)
+-- then m, then m entry ids                                 (ack-only entries)
+-- then quads until the end: key index, op, field, value    (op: '+' HINCRBY, '<' keep min, '>' keep max)
+-- Returns {'dup', pid...} or {'ok', total archived, tier, n}.
+local n = tonumber(ARGV[4])
+local dups = {}
+for i = 5, 4 + 2 * n, 2 do
+  if redis.call('GETBIT', KEYS[1], ARGV[i + 1]) == 1 then
+    dups[#dups + 1] = ARGV[i + 1]
   end
-  if redis.call('SETBIT', KEYS[2], pid, 1) == 0 then
-    new = new + 1
+end
+if #dups > 0 then
+  table.insert(dups, 1, 'dup')
+  return dups
+end
+local meta_max = tonumber(redis.call('HGET', KEYS[3], 'max_pid') or '0')
+local max_pid = meta_max
+for i = 5, 4 + 2 * n, 2 do
+  local pid = ARGV[i + 1]
+  redis.call('SETBIT', KEYS[1], pid, 1)
+  max_pid = math.max(max_pid, tonumber(pid))
+  redis.call('XACK', KEYS[2], ARGV[1], ARGV[i])
+  redis.call('XDEL', KEYS[2], ARGV[i])
+end
+local pos = 5 + 2 * n
+local m = tonumber(ARGV[pos])
+for i = pos + 1, pos + m do
+  redis.call('XACK', KEYS[2], ARGV[1], ARGV[i])
+  redis.call('XDEL', KEYS[2], ARGV[i])
+end
+for i = pos + m + 1, #ARGV, 4 do
+  local key, op, field, value = KEYS[tonumber(ARGV[i])], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  if op == '+' then
+    redis.call('HINCRBY', key, field, value)
+  else
+    local current = redis.call('HGET', key, field)
+    if not current or (op == '<' and tonumber(value) < tonumber(current))
+        or (op == '>' and tonumber(value) > tonumber(current)) then
+      redis.call('HSET', key, field, value)
+    end
   end
-  redis.call('XACK', KEYS[3], ARGV[1], id)
-  redis.call('XDEL', KEYS[3], id)
 end
-if seen_max > max_pid then
-  redis.call('HSET', KEYS[4], 'max_pid', string.format('%d', seen_max))
+if max_pid > meta_max then
+  redis.call('HSET', KEYS[3], 'max_pid', string.format('%d', max_pid))
 end
-local total = redis.call('HINCRBY', KEYS[4], 'total', new)
+local total = redis.call('HINCRBY', KEYS[3], 'total', n)
 local rank = {simple = 1, compressed = 2, summary = 3}
-local tier = redis.call('HGET', KEYS[4], 'tier') or 'simple'
+local tier = redis.call('HGET', KEYS[3], 'tier') or 'simple'
 local wanted = 'simple'
-if total > tonumber(ARGV[4]) then
+if total > tonumber(ARGV[3]) then
   wanted = 'summary'
-elseif total >= tonumber(ARGV[3]) then
+elseif total >= tonumber(ARGV[2]) then
   wanted = 'compressed'
 end
 if rank[wanted] > rank[tier] then
-  redis.call('HSET', KEYS[4], 'tier', wanted)
+  redis.call('HSET', KEYS[3], 'tier', wanted)
   tier = wanted
 end
-return {total, tier, new}
+return {'ok', total, tier, n}

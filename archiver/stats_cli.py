@@ -1,0 +1,105 @@
+"""``partarchive stats``: the merged view as a table or JSON; ``stats verify [--repair]``."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import orjson
+import redis
+from tqdm import tqdm
+
+from archiver.config import Config
+from codec import ValidationError
+from stats import StatsChecker, StatsReader
+
+
+def _json(data: Any) -> None:
+    print(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+
+
+def show_stats(client: redis.Redis, config: Config, *, range_no: int | None, day: str | None, as_json: bool) -> int:
+    reader = StatsReader(client, config.namespace, cluster=config.cluster)
+    if day is not None:
+        try:
+            dt.date.fromisoformat(day)
+        except ValueError:
+            raise ValidationError(f"--day must be YYYY-MM-DD, got {day!r}") from None
+        series = reader.time_series(day)
+        if as_json:
+            _json(series)
+        else:
+            print(f"{day}: {series['total']} completions")
+            print("  by hour: " + " ".join(str(n) for n in series["hourly_completion"]))
+            for worker, n in series["worker_completions"].items():
+                print(f"  {worker:24} {n}")
+        return 0
+    if range_no is not None:
+        if range_no < 0:
+            raise ValidationError("--range must be >= 0")
+        summary = reader.range_stats(range_no)
+        if as_json:
+            _json(summary)
+        elif summary is None:
+            print(f"range {range_no}: no statistics")
+        else:
+            lo, hi = summary["partitions"]
+            print(
+                f"range {range_no} (partitions {lo}..{hi}): {summary['partition_count']} completed, "
+                f"IDs {summary['data_range']['min']}..{summary['data_range']['max']}, "
+                f"avg duration {summary['avg_duration']} s"
+            )
+            for worker, w in summary["worker_distribution"].items():
+                print(
+                    f"  {worker:24} {w['count']:>8} partitions  avg {w['avg_duration']:>8} s  "
+                    f"{w['data_processed']:>12} IDs"
+                )
+        return 0 if summary is not None else 1
+    view = reader.stats()
+    if as_json:
+        _json(view)
+        return 0
+    active = view["active"]
+    print("active   " + ", ".join(f"{k} {v}" for k, v in active.items()) + f"  (total {view['active_total']})")
+    if view["degraded"]:
+        print(f"completed  unavailable: {view['error']}")
+        return 0
+    c = view["completed"]
+    print(
+        f"completed  {c['total_completed']:,} partitions, {c['total_processed_data']:,} IDs, "
+        f"avg duration {c['avg_duration']} s"
+    )
+    print(f"archive    tier {view['archive']['tier']}, {view['archive']['archived_total']:,} archived")
+    if view["workers"]:
+        print(f"\n{'worker':24} {'completed':>10} {'avg s':>9} {'IDs':>14}")
+        for worker, w in view["workers"].items():
+            print(f"{worker:24} {w['count']:>10,} {w['avg_duration']:>9} {w['data_processed']:>14,}")
+    return 0
+
+
+def verify_stats(client: redis.Redis, config: Config, *, repair: bool, as_json: bool) -> int:
+    checker = StatsChecker(client, config.namespace, cluster=config.cluster, policy=config.policy)
+    with tqdm(desc="checking batches", unit="batch", disable=as_json, leave=False) as bar:
+
+        def progress(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
+
+        report = checker.check(repair=repair, progress=progress)
+    if as_json:
+        _json(report.to_dict())
+    else:
+        print(
+            f"checked {report.ranges_checked} ranges field by field, {report.ranges_count_only} by count; "
+            f"{report.indexed:,} partitions indexed, {report.partitions_with_detail:,} with detail"
+        )
+        for diff in report.differences:
+            print(f"  difference: {diff}")
+        if report.undecodable_batches:
+            print(f"  undecodable batches: {report.undecodable_batches}")
+        if repair:
+            print(f"repaired {report.repaired_keys} keys" if report.repaired_keys else "nothing to repair")
+        print("OK" if report.ok else f"{len(report.differences)} differences")
+    if report.ok or (repair and report.repaired_keys):
+        return 0
+    return 1

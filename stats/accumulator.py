@@ -1,0 +1,88 @@
+"""The archiver's local statistics accumulator.
+
+Archived entries wait here, unacknowledged, until a flush: every ``flush_count`` updates or
+``flush_interval_s`` seconds, whichever comes first. A flush is one commit script that sets
+the index bits, applies the statistics of the partitions not counted before, and
+acknowledges the entries, so a partition is counted exactly once however often its entry
+is delivered.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from codec import ArchivedPartition, ValidationError
+from layers import ArchiveLayer, CommitResult
+from stats.rollup import Op, rollup_ops
+
+DEFAULT_RANGE_WIDTH = 1000
+
+
+class StatsAccumulator:
+    def __init__(
+        self,
+        archive: ArchiveLayer,
+        *,
+        flush_count: int = 100,
+        flush_interval_s: float = 30.0,
+        range_width: int = DEFAULT_RANGE_WIDTH,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if flush_count < 1 or flush_interval_s <= 0 or range_width < 1:
+            raise ValidationError("flush_count, flush_interval_s and range_width must be positive")
+        self.archive = archive
+        self.flush_count = flush_count
+        self.flush_interval_s = flush_interval_s
+        self.range_width = range_width
+        self._clock = clock
+        self._entries: list[tuple[str, ArchivedPartition]] = []
+        self._since = 0.0
+        self.flushes = 0
+        self.round_trips = 0
+        self._width_checked = False
+
+    @property
+    def pending(self) -> int:
+        return len(self._entries)
+
+    def add(self, entries: Sequence[tuple[str, ArchivedPartition]]) -> list[CommitResult]:
+        """Buffer entries whose detail is written; flush each time ``flush_count`` is reached."""
+        results = []
+        for entry in entries:
+            if not self._entries:
+                self._since = self._clock()
+            self._entries.append(entry)
+            if len(self._entries) >= self.flush_count:
+                results.append(self.flush())
+        return results
+
+    def due(self) -> bool:
+        return bool(self._entries) and self._clock() - self._since >= self.flush_interval_s
+
+    def flush(self) -> CommitResult:
+        """Commit what is buffered (one round trip, two if a redelivered entry is found)."""
+        entries, self._entries = self._entries, []
+        self._check_range_width()
+        try:
+            result = self.archive.commit_deduplicated(entries, self._ops)
+        except BaseException:
+            self._entries = entries + self._entries  # nothing was acknowledged; try again later
+            raise
+        self.flushes += 1
+        return result
+
+    def _ops(self, parts: list[ArchivedPartition]) -> tuple[list[str], list[Op]]:
+        self.round_trips += 1  # one commit script call follows each build
+        return rollup_ops(parts, self.archive.keys, self.range_width, int(time.time()))
+
+    def _check_range_width(self) -> None:
+        if self._width_checked:
+            return
+        meta = self.archive.keys.stats_meta
+        redis = self.archive.redis
+        redis.hsetnx(meta, "range_width", self.range_width)
+        stored = int(redis.hget(meta, "range_width") or self.range_width)  # type: ignore[arg-type]
+        if stored != self.range_width:
+            raise ValidationError(f"this namespace keeps statistics per {stored} partitions, not {self.range_width}")
+        self._width_checked = True

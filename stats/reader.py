@@ -1,0 +1,126 @@
+"""Reading the statistics: the merged view, range summaries, time series."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from codec import ACTIVE_STATUSES, DecodeError
+from layers import KeySchema
+from stats.accumulator import DEFAULT_RANGE_WIDTH
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _ints(raw: dict[Any, Any]) -> dict[str, int]:
+    try:
+        return {_text(k): int(v) for k, v in raw.items()}
+    except ValueError as exc:
+        raise DecodeError(f"a statistics field is not a number: {exc}") from None
+
+
+def _avg(total: int, count: int) -> float:
+    return round(total / count, 3) if count else 0.0
+
+
+class StatsReader:
+    def __init__(self, redis_client: redis.Redis, namespace: str = "elk", *, cluster: bool = False) -> None:
+        self.redis = redis_client
+        self.keys = KeySchema(namespace, cluster)
+
+    def range_width(self) -> int:
+        raw = self.redis.hget(self.keys.stats_meta, "range_width")
+        return int(raw) if raw else DEFAULT_RANGE_WIDTH  # type: ignore[arg-type]
+
+    @staticmethod
+    def _per_worker(fields: dict[str, int]) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for name, value in fields.items():
+            worker, sep, kind = name.rpartition(":")
+            if not sep or kind not in ("c", "d", "p"):
+                continue
+            entry = out.setdefault(worker, {"count": 0, "total_duration": 0, "data_processed": 0})
+            entry[{"c": "count", "d": "total_duration", "p": "data_processed"}[kind]] += value
+        for entry in out.values():
+            entry["avg_duration"] = _avg(entry["total_duration"], entry["count"])
+        return dict(sorted(out.items()))
+
+    def stats(self) -> dict[str, Any]:
+        """Live active counts merged with the completed rollups, in one round trip.
+
+        If the statistics cannot be read the active part is still returned, with
+        ``degraded`` set and the reason in ``error``.
+        """
+        k = self.keys
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(k.counts)
+        pipe.hgetall(k.stats_global)
+        pipe.hgetall(k.stats_workers)
+        pipe.hmget(k.archive_meta, ["total", "tier"])
+        replies = pipe.execute(raise_on_error=False)
+        if isinstance(replies[0], Exception):
+            raise replies[0]
+        counts = _ints(replies[0])
+        active = {s.value: counts.get(s.value, 0) for s in ACTIVE_STATUSES}
+        view: dict[str, Any] = {"active": active, "active_total": sum(active.values())}
+        try:
+            for reply in replies[1:]:
+                if isinstance(reply, Exception):
+                    raise reply
+            g = _ints(replies[1])
+            completed = g.get("completed", 0)
+            meta = replies[3]
+            view["completed"] = {
+                "total_completed": completed,
+                "total_processed_data": g.get("processed", 0),
+                "total_duration": g.get("duration", 0),
+                "avg_duration": _avg(g.get("duration", 0), completed),
+                "last_updated": g.get("last_updated", 0),
+                "last_completed_at": g.get("last_completed_at", 0),
+            }
+            view["workers"] = self._per_worker(_ints(replies[2]))
+            view["archive"] = {"archived_total": int(meta[0] or 0), "tier": _text(meta[1] or b"simple")}
+            view["total_partitions"] = view["active_total"] + completed
+            view["degraded"] = False
+        except (redis.RedisError, DecodeError) as exc:
+            view.update(
+                completed=None, workers=None, archive=None, degraded=True, error=f"statistics unavailable: {exc}"
+            )
+        return view
+
+    def range_summary(self, pid: int) -> dict[str, Any] | None:
+        """The statistics of the ID range holding partition ``pid`` (the router's fallback)."""
+        width = self.range_width()
+        return self.range_stats(pid // width, width)
+
+    def range_stats(self, range_no: int, width: int | None = None) -> dict[str, Any] | None:
+        width = width or self.range_width()
+        raw: Any = self.redis.hgetall(self.keys.stats_range(range_no))
+        if not raw:
+            return None
+        f = _ints(raw)
+        return {
+            "range": range_no,
+            "partitions": [range_no * width, range_no * width + width - 1],
+            "partition_count": f.get("count", 0),
+            "data_range": {"min": f.get("min_id"), "max": f.get("max_id")},
+            "processed_data": f.get("data", 0),
+            "worker_distribution": self._per_worker(f),
+            "completed_time_range": {"start": f.get("first_at"), "end": f.get("last_at")},
+            "total_duration": f.get("duration", 0),
+            "avg_duration": _avg(f.get("duration", 0), f.get("count", 0)),
+        }
+
+    def time_series(self, day: str) -> dict[str, Any]:
+        """Completions per hour of one UTC day, and per worker that day."""
+        f = _ints(self.redis.hgetall(self.keys.stats_day(day)))  # type: ignore[arg-type]
+        workers = {name[2:]: n for name, n in f.items() if name.startswith("w:")}
+        return {
+            "day": day,
+            "hourly_completion": [f.get(f"h{h:02d}", 0) for h in range(24)],
+            "worker_completions": dict(sorted(workers.items())),
+            "total": sum(f.get(f"h{h:02d}", 0) for h in range(24)),
+        }

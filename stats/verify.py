@@ -1,0 +1,266 @@
+"""Consistency check and repair of the statistics.
+
+What can be recomputed is: every partition whose archive detail still exists (simple hash,
+staging, sealed batches) and the index bitmap, which proves how many partitions of each
+range were counted. A range whose every indexed partition still has detail is checked
+field by field; a range with expired detail only by its count. Global and per-worker
+rollups must equal the sum of the ranges. Repair rewrites what the stored data proves and
+never sets a count other than the index's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from codec import ArchivedPartition, DecodeError
+from layers import ArchiveLayer, KeySchema, TierPolicy
+from stats.reader import StatsReader
+from stats.rollup import RollupBuilder, add_partitions
+
+Progress = Callable[[int, int], None]
+_CHUNK = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    key: str
+    field: str
+    stored: int | None
+    expected: int | None
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.key} {self.field}: stored {self.stored}, expected {self.expected} ({self.why})"
+
+
+@dataclass
+class CheckReport:
+    differences: list[Difference] = field(default_factory=list)
+    ranges_checked: int = 0
+    ranges_count_only: int = 0
+    partitions_with_detail: int = 0
+    indexed: int = 0
+    undecodable_batches: list[int] = field(default_factory=list)
+    repaired_keys: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "differences": [str(d) for d in self.differences],
+            "ranges_checked": self.ranges_checked,
+            "ranges_count_only": self.ranges_count_only,
+            "partitions_with_detail": self.partitions_with_detail,
+            "indexed": self.indexed,
+            "undecodable_batches": self.undecodable_batches,
+            "repaired_keys": self.repaired_keys,
+        }
+
+
+def _ints(raw: dict[Any, Any]) -> dict[str, int]:
+    out = {}
+    for k, v in raw.items():
+        try:
+            out[k.decode() if isinstance(k, bytes) else k] = int(v)
+        except ValueError:
+            out[k.decode() if isinstance(k, bytes) else k] = -1
+    return out
+
+
+class StatsChecker:
+    def __init__(
+        self,
+        redis_client: redis.Redis,
+        namespace: str = "elk",
+        *,
+        cluster: bool = False,
+        policy: TierPolicy | None = None,
+    ) -> None:
+        self.redis = redis_client
+        self.keys = KeySchema(namespace, cluster)
+        self.archive = ArchiveLayer(redis_client, self.keys, policy)
+        self.reader = StatsReader(redis_client, namespace, cluster=cluster)
+
+    def _index(self) -> bytes:
+        raw = self.redis.get(self.keys.index)
+        return raw if isinstance(raw, bytes) else b""
+
+    @staticmethod
+    def _bit(index: bytes, pid: int) -> bool:
+        byte = pid >> 3
+        return byte < len(index) and bool(index[byte] & (0x80 >> (pid & 7)))
+
+    def _detail(self, index: bytes, report: CheckReport, progress: Progress | None) -> dict[int, ArchivedPartition]:
+        """Every counted partition whose detail still exists, by pid."""
+        k, policy = self.keys, self.archive.policy
+        found: dict[int, ArchivedPartition] = {}
+        for _, raw in self.redis.hscan_iter(k.completed, count=1000):
+            self._keep(found, raw, index)
+        max_pid = int(self.redis.hget(k.archive_meta, "max_pid") or 0)  # type: ignore[arg-type]
+        last_batch = policy.batch_of(max_pid)
+        for start in range(0, last_batch + 1, _CHUNK):
+            numbers = range(start, min(last_batch + 1, start + _CHUNK))
+            pipe = self.redis.pipeline(transaction=False)
+            for b in numbers:
+                pipe.get(k.batch(b))
+                pipe.hvals(k.staging(b))
+            replies = pipe.execute()
+            for b, blob, staged in zip(numbers, replies[::2], replies[1::2], strict=True):
+                if blob is not None:
+                    try:
+                        for part in self.archive.decode_batch(blob):
+                            if self._bit(index, part.partition_id):
+                                found.setdefault(part.partition_id, part)
+                    except DecodeError:
+                        report.undecodable_batches.append(b)
+                for raw in staged:
+                    self._keep(found, raw, index)
+            if progress:
+                progress(min(last_batch + 1, start + _CHUNK), last_batch + 1)
+        return found
+
+    def _keep(self, found: dict[int, ArchivedPartition], raw: bytes, index: bytes) -> None:
+        try:
+            part = ArchivedPartition.from_json(raw)
+        except DecodeError:
+            return
+        if self._bit(index, part.partition_id):
+            found.setdefault(part.partition_id, part)
+
+    def check(self, *, repair: bool = False, progress: Progress | None = None) -> CheckReport:
+        report = CheckReport()
+        index = self._index()
+        width = self.reader.range_width()
+        detail = self._detail(index, report, progress)
+        report.partitions_with_detail = len(detail)
+        indexed_per_range: dict[int, int] = defaultdict(int)
+        for byte_no, byte in enumerate(index):
+            if byte:
+                for bit in range(8):
+                    if byte & (0x80 >> bit):
+                        indexed_per_range[(byte_no * 8 + bit) // width] += 1
+        report.indexed = sum(indexed_per_range.values())
+        by_range: dict[int, list[ArchivedPartition]] = defaultdict(list)
+        for part in detail.values():
+            by_range[part.partition_id // width].append(part)
+
+        ranges = sorted(set(indexed_per_range) | set(self._stored_ranges(width)))
+        pipe = self.redis.pipeline(transaction=False)
+        for r in ranges:
+            pipe.hgetall(self.keys.stats_range(r))
+        stored_ranges = dict(zip(ranges, (_ints(x) for x in pipe.execute()), strict=True))
+        fully_backed = True
+        rewrites: dict[str, dict[str, int]] = {}
+        for r in ranges:
+            key = self.keys.stats_range(r)
+            stored, indexed = stored_ranges[r], indexed_per_range.get(r, 0)
+            if len(by_range.get(r, [])) == indexed:
+                report.ranges_checked += 1
+                builder = RollupBuilder()
+                add_partitions(builder, by_range.get(r, []), self.keys, width)
+                expected = _expected_fields(builder, key)
+                for name in sorted(set(stored) | set(expected)):
+                    if stored.get(name) != expected.get(name):
+                        report.differences.append(
+                            Difference(key, name, stored.get(name), expected.get(name), "recomputed from detail")
+                        )
+                if stored != expected:
+                    rewrites[key] = expected
+            else:
+                fully_backed = False
+                report.ranges_count_only += 1
+                if stored.get("count") != indexed:
+                    report.differences.append(Difference(key, "count", stored.get("count"), indexed, "index bitmap"))
+                    rewrites[key] = {**stored, "count": indexed}
+        ranges_after = {r: rewrites.get(self.keys.stats_range(r), stored_ranges[r]) for r in ranges}
+        self._check_sums(report, ranges_after, rewrites)
+        if fully_backed:
+            self._check_days(report, list(detail.values()), rewrites)
+        if repair and rewrites:
+            pipe = self.redis.pipeline(transaction=True)
+            for key, fields in rewrites.items():
+                pipe.delete(key)
+                if fields:
+                    pipe.hset(key, mapping=fields)  # type: ignore[arg-type]
+            pipe.execute()
+            report.repaired_keys = len(rewrites)
+        self.redis.hset(
+            self.keys.stats_meta,
+            mapping={
+                "last_check_at": int(time.time()),
+                "last_check_ok": int(report.ok),
+                "last_check_differences": len(report.differences),
+            },
+        )
+        return report
+
+    def _stored_ranges(self, width: int) -> list[int]:
+        max_pid = int(self.redis.hget(self.keys.archive_meta, "max_pid") or 0)  # type: ignore[arg-type]
+        return list(range(0, max_pid // width + 1)) if max_pid else []
+
+    def _check_sums(
+        self, report: CheckReport, ranges: dict[int, dict[str, int]], rewrites: dict[str, dict[str, int]]
+    ) -> None:
+        """Global and per-worker rollups must be the sums of the ranges."""
+        g_key, w_key = self.keys.stats_global, self.keys.stats_workers
+        stored_g = _ints(self.redis.hgetall(g_key))  # type: ignore[arg-type]
+        stored_w = _ints(self.redis.hgetall(w_key))  # type: ignore[arg-type]
+        expected_g = {"completed": 0, "processed": 0, "duration": 0}
+        expected_w: dict[str, int] = defaultdict(int)
+        for fields in ranges.values():
+            expected_g["completed"] += fields.get("count", 0)
+            expected_g["processed"] += fields.get("data", 0)
+            expected_g["duration"] += fields.get("duration", 0)
+            for name, value in fields.items():
+                if ":" in name:
+                    expected_w[name] += value
+        for name, value in expected_g.items():
+            if stored_g.get(name, 0) != value:
+                report.differences.append(Difference(g_key, name, stored_g.get(name), value, "sum of the ranges"))
+                rewrites[g_key] = {**stored_g, **expected_g}
+        if {k: v for k, v in stored_w.items() if v} != {k: v for k, v in expected_w.items() if v}:
+            for name in sorted(set(stored_w) | set(expected_w)):
+                if stored_w.get(name, 0) != expected_w.get(name, 0):
+                    report.differences.append(
+                        Difference(w_key, name, stored_w.get(name), expected_w.get(name), "sum of the ranges")
+                    )
+            rewrites[w_key] = dict(expected_w)
+
+    def _check_days(
+        self, report: CheckReport, parts: list[ArchivedPartition], rewrites: dict[str, dict[str, int]]
+    ) -> None:
+        builder = RollupBuilder()
+        add_partitions(builder, parts, self.keys, 10**12)
+        day_prefix = self.keys.stats_day("")
+        expected: dict[str, dict[str, int]] = defaultdict(dict)
+        keys, ops = builder.build()
+        for pos, op, name, value in ops:
+            if keys[pos].startswith(day_prefix) and op == "+":
+                expected[keys[pos]][name] = value
+        stored_keys = {
+            k.decode() if isinstance(k, bytes) else k
+            for k in self.redis.scan_iter(match=day_prefix.replace("{", "\\{").replace("}", "\\}") + "*")
+        }
+        for key in sorted(stored_keys | set(expected)):
+            stored = _ints(self.redis.hgetall(key))  # type: ignore[arg-type]
+            if stored != expected.get(key, {}):
+                report.differences.append(
+                    Difference(
+                        key, "*", sum(stored.values()), sum(expected.get(key, {}).values()), "recomputed from detail"
+                    )
+                )
+                rewrites[key] = expected.get(key, {})
+
+
+def _expected_fields(builder: RollupBuilder, key: str) -> dict[str, int]:
+    keys, ops = builder.build()
+    return {name: value for pos, _op, name, value in ops if keys[pos] == key}
