@@ -44,6 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--claim-idle-ms", type=int, help="take over entries idle this long (default 60000)")
     run.add_argument("--read-count", type=int, help="entries per read (default 500)")
     run.add_argument("--log-level", default="info")
+    run.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on 127.0.0.1:PORT")
+
+    serve = sub.add_parser("serve", parents=[common], help="the query-router HTTP API and /metrics")
+    serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--log-level", default="warning")
 
     get = sub.add_parser("get", parents=[common], help="where is partition PID")
     get.add_argument("pid", help="partition id")
@@ -87,7 +93,34 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
 
     configure_logging(args.log_level)
     client = connect(config.redis_url or DEFAULT_REDIS_URL)
-    ArchiverDaemon(client, config, consumer=args.consumer).run()
+    daemon = ArchiverDaemon(client, config, consumer=args.consumer)
+    if args.metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        from archiver.metrics import register_state_collector
+
+        _check_port(args.metrics_port)
+        register_state_collector(client, daemon.keys)
+        start_http_server(args.metrics_port, addr="127.0.0.1")
+    daemon.run()
+    return 0
+
+
+def _check_port(port: int) -> None:
+    if not 1 <= port <= 65535:
+        raise CliError(f"port must be in 1..65535, got {port}")
+
+
+def cmd_serve(args: argparse.Namespace, config: Config) -> int:
+    import uvicorn
+
+    from archiver.api import create_app
+    from archiver.logs import configure_logging
+
+    _check_port(args.port)
+    configure_logging(args.log_level)
+    client = connect(config.redis_url or DEFAULT_REDIS_URL)
+    uvicorn.run(create_app(client, config), host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     return 0
 
 
@@ -177,7 +210,14 @@ def cmd_stats(args: argparse.Namespace, config: Config) -> int:
     return show_stats(client, config, range_no=args.range_no, day=args.day, as_json=args.json)
 
 
-COMMANDS = {"run": cmd_run, "get": cmd_get, "status": cmd_status, "stats": cmd_stats, "demo": cmd_demo}
+COMMANDS = {
+    "run": cmd_run,
+    "serve": cmd_serve,
+    "get": cmd_get,
+    "status": cmd_status,
+    "stats": cmd_stats,
+    "demo": cmd_demo,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

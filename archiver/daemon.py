@@ -22,6 +22,7 @@ import redis
 import structlog
 
 from archiver.config import Config
+from archiver.metrics import STATS_FLUSHES
 from codec import ArchivedPartition, DecodeError
 from layers import (
     MAX_PARTITION_ID,
@@ -173,6 +174,7 @@ class ArchiverDaemon:
         return len(entries)
 
     def _note(self, result: CommitResult) -> None:
+        STATS_FLUSHES.inc()
         if result.tier is not self._tier:
             log.info("tier changed", tier=result.tier.value, total=result.total)
             self._tier = result.tier

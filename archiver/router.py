@@ -15,6 +15,7 @@ from typing import Any
 
 import redis
 
+from archiver.metrics import DECODES, ROUTER_ANSWERS, ROUTER_SECONDS
 from codec import ArchivedPartition, DecodeError, PartitionInfo
 from layers import ArchiveLayer, KeySchema, TierPolicy
 from layers.active import check_partition_id
@@ -30,6 +31,10 @@ class Source(enum.StrEnum):
     STATISTICS = "statistics"
     EXPIRED = "expired"
     NONE = "none"
+
+
+for _source in Source:
+    ROUTER_ANSWERS.labels(source=_source.value)  # every series exists from the first scrape
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +93,14 @@ class QueryRouter:
         self.decode_successes = 0
 
     def get(self, partition_id: int) -> Answer:
+        """Where partition ``partition_id`` is; raises only ValidationError (bad id) or a Redis error."""
         pid = check_partition_id(partition_id)
+        with ROUTER_SECONDS.time():
+            answer = self._get(pid)
+        ROUTER_ANSWERS.labels(source=answer.source.value).inc()
+        return answer
+
+    def _get(self, pid: int) -> Answer:
         k = self.keys
         batch_no = self.archive.policy.batch_of(pid)
         pipe = self.redis.pipeline(transaction=False)
@@ -109,8 +121,10 @@ class QueryRouter:
             try:
                 records = self.archive.decode_batch(blob)
                 self.decode_successes += 1
+                DECODES.labels(result="success").inc()
             except DecodeError as exc:
                 self.decode_failures += 1
+                DECODES.labels(result="failure").inc()
                 problem, corrupt = f"archived batch {batch_no} cannot be decoded: {exc}", True
             else:
                 for part in records:
@@ -127,6 +141,7 @@ class QueryRouter:
             return Answer(pid, source, parse(raw))
         except DecodeError as exc:
             self.decode_failures += 1
+            DECODES.labels(result="failure").inc()
             return self._fallback(pid, f"{source.value} record is corrupt: {exc}")
 
     def _fallback(self, pid: int, problem: str) -> Answer:

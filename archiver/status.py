@@ -24,15 +24,21 @@ def collect_status(client: redis.Redis, config: Config) -> dict[str, Any]:
             "archived_total": archive.archived_total(),
             "simple_tier": archive.simple_size(),
             "open_batches": archive.open_batch_count(),
+            "compression_ratio": archive.compression_ratio(),
         },
         "queue": {
             "backlog": queue.length,
             "pending": queue.pending,
             "oldest_pending_age_s": round(queue.oldest_pending_age_s, 3),
+            "lag": queue.lag,
             "consumers": queue.consumers,
             "dead_letters": queue.dead_letters,
         },
-        "redis": {"used_memory": int(memory["used_memory"])},  # type: ignore[index]
+        "redis": {
+            "used_memory": int(memory["used_memory"]),  # type: ignore[index]
+            "used_memory_human": memory["used_memory_human"],  # type: ignore[index]
+            "maxmemory": int(memory.get("maxmemory", 0)),  # type: ignore[union-attr]
+        },
     }
 
 
@@ -46,9 +52,11 @@ def format_status(report: dict[str, Any]) -> str:
         ("archived total", ar["archived_total"]),
         ("in the simple hash", ar["simple_tier"]),
         ("open batches", ar["open_batches"]),
+        ("compression ratio", f"{ar['compression_ratio']}x" if ar["compression_ratio"] else "-"),
         ("queue backlog", f"{q['backlog']} ({q['pending']} pending, oldest {q['oldest_pending_age_s']} s)"),
+        ("queue lag", "-" if q["lag"] is None else q["lag"]),
         ("dead letters", q["dead_letters"]),
-        ("redis used_memory", f"{report['redis']['used_memory']:,} B"),
+        ("redis used_memory", f"{report['redis']['used_memory_human']} ({report['redis']['used_memory']:,} B)"),
     ]
     width = max(len(label) for label, _ in rows)
     return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)

@@ -13,16 +13,25 @@ from layers import KeySchema
 
 
 @contextmanager
+def bench_engine_url() -> Iterator[tuple[redis.Redis, str, str]]:
+    """Like `bench_engine`, and the engine's URL for other processes."""
+    with open_engine(os.environ.get("REDIS_URL") or None) as engine, _described(engine.client, engine) as name:
+        yield engine.client, name, engine.url
+
+
+@contextmanager
+def _described(client: redis.Redis, engine: object) -> Iterator[str]:
+    info: dict[str, str] = client.info("server")  # type: ignore[assignment]
+    memory: dict[str, str] = client.info("memory")  # type: ignore[assignment]
+    name = f"valkey {info['valkey_version']}" if "valkey_version" in info else f"redis {info.get('redis_version')}"
+    where = "embedded" if getattr(engine, "embedded", False) else getattr(engine, "url", "?")
+    yield f"{name} ({where}, {memory.get('mem_allocator', '?')})"
+
+
+@contextmanager
 def bench_engine() -> Iterator[tuple[redis.Redis, str]]:
-    with open_engine(os.environ.get("REDIS_URL") or None) as engine:
-        info: dict[str, str] = engine.client.info("server")  # type: ignore[assignment]
-        memory: dict[str, str] = engine.client.info("memory")  # type: ignore[assignment]
-        if "valkey_version" in info:
-            name = f"valkey {info['valkey_version']}"
-        else:
-            name = f"redis {info.get('redis_version')}"
-        where = "embedded" if engine.embedded else engine.url
-        yield engine.client, f"{name} ({where}, {memory.get('mem_allocator', '?')})"
+    with bench_engine_url() as (client, name, _url):
+        yield client, name
 
 
 def used_memory(client: redis.Redis) -> int:

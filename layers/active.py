@@ -19,6 +19,7 @@ from codec import ACTIVE_STATUSES, ArchivedPartition, PartitionInfo, ValidationE
 from codec.validate import MAX_ERROR_BYTES, check_int, check_text, check_worker_id
 from layers.errors import InvalidTransition, NotOwner, PartitionNotFound, VersionConflict
 from layers.keys import KeySchema
+from layers.metrics import SDK_COMPLETE_SECONDS
 from layers.scripts import Scripts
 
 #: Bitmaps address at most 2^32 bits, so partition ids of the Redis layers stop there.
@@ -155,11 +156,12 @@ class ActiveLayer:
         check_partition_id(pid)
         check_worker_id(worker_id)
         k = self.keys
-        got = self._scripts(
-            "complete",
-            [k.active, k.leases, k.counts, k.done, k.queue],
-            [pid, worker_id, _version_arg(expected_version), self._now_ms()],
-        )
+        with SDK_COMPLETE_SECONDS.time():
+            got = self._scripts(
+                "complete",
+                [k.active, k.leases, k.counts, k.done, k.queue],
+                [pid, worker_id, _version_arg(expected_version), self._now_ms()],
+            )
         if text(got[0]) == "already":
             return Completion(pid, already_completed=True)
         _raise_for(got, pid, "complete")
@@ -195,6 +197,42 @@ class ActiveLayer:
         return sorted(records, key=lambda r: r.partition_id)
 
     get_all_active = all_active
+
+    def page(
+        self, *, status: str | None = None, after: int = 0, limit: int = 100
+    ) -> tuple[list[PartitionInfo], int | None]:
+        """Active partitions with pid > ``after`` in pid order, at most ``limit``; and the next ``after``.
+
+        Reads the pid list of the active hash (small by design) or, for pending and failed, of
+        their sorted sets, then only the records of the page.
+        """
+        if status is not None and status not in {s.value for s in ACTIVE_STATUSES}:
+            raise ValidationError(f"unknown status {status!r}")
+        check_int("after", after, 0, 2**53)
+        check_int("limit", limit, 1, 10_000)
+        chosen: list[PartitionInfo] = []
+        cursor = after
+        while len(chosen) < limit:
+            if status in ("pending", "failed"):
+                zset = self.keys.pending if status == "pending" else self.keys.failed
+                raw: Any = self.redis.zrangebyscore(zset, f"({cursor}", "+inf", start=0, num=limit)
+                pids = [int(p) for p in raw]
+            else:
+                every: Any = self.redis.hkeys(self.keys.active)
+                pids = sorted(p for p in map(int, every) if p > cursor)[: limit * 4]
+            if not pids:
+                return chosen, None
+            records: Any = self.redis.hmget(self.keys.active, [str(p) for p in pids])
+            for raw_record in records:
+                if raw_record is None:
+                    continue
+                part = PartitionInfo.from_json(raw_record)
+                if status is None or part.status.value == status:
+                    chosen.append(part)
+                    if len(chosen) == limit:
+                        return chosen, part.partition_id
+            cursor = pids[-1]
+        return chosen, None
 
     def iter_active(self, batch: int = 1000) -> Iterator[PartitionInfo]:
         """Every active partition, in no particular order, without loading them all at once."""

@@ -192,7 +192,11 @@ class ArchiveLayer:
             digest = hashlib.sha1(blob).hexdigest() if blob else ""
             sealed = self._scripts("seal", [batch_key, stage_key], [digest, len(staged), new_blob, expire_at])
             if int(sealed):
-                self.redis.zrem(self.keys.open_batches, str(batch_no))
+                pipe = self.redis.pipeline(transaction=False)
+                pipe.zrem(self.keys.open_batches, str(batch_no))
+                pipe.hincrby(self.keys.archive_meta, "sealed_json_bytes", sum(len(p.to_json()) for p in merged))
+                pipe.hincrby(self.keys.archive_meta, "sealed_blob_bytes", len(new_blob))
+                pipe.execute()
                 return True
         raise RuntimeError(f"batch {batch_no}: gave up sealing after {_SEAL_RETRIES} conflicts")
 
@@ -224,6 +228,12 @@ class ArchiveLayer:
 
     def simple_size(self) -> int:
         return int(self.redis.hlen(self.keys.completed))  # type: ignore[arg-type]
+
+    def compression_ratio(self) -> float:
+        """JSON bytes over sealed blob bytes, over every seal so far (0 before the first seal)."""
+        raw: Any = self.redis.hmget(self.keys.archive_meta, ["sealed_json_bytes", "sealed_blob_bytes"])
+        json_bytes, blob_bytes = int(raw[0] or 0), int(raw[1] or 0)
+        return round(json_bytes / blob_bytes, 2) if blob_bytes else 0.0
 
     def open_batch_count(self) -> int:
         return int(self.redis.zcard(self.keys.open_batches))  # type: ignore[arg-type]

@@ -30,6 +30,7 @@ class QueueState:
     oldest_pending_age_s: float
     consumers: int
     dead_letters: int
+    lag: int | None = None
 
 
 def _text(value: Any) -> str:
@@ -104,4 +105,9 @@ class ArchiveQueue:
             ms = int(_text(pending["min"]).split("-")[0])
             age = max(0.0, time.time() - ms / 1000)
         consumers = len(pending.get("consumers") or [])
-        return QueueState(int(length), int(pending["pending"]), age, consumers, int(dead))
+        lag = None
+        groups: Any = self.redis.xinfo_groups(self.keys.queue)
+        for group in groups:
+            if _text(group.get("name")) == self.group and group.get("lag") is not None:
+                lag = int(group["lag"])
+        return QueueState(int(length), int(pending["pending"]), age, consumers, int(dead), lag)

@@ -56,3 +56,34 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_server(url: str, namespace: str, port: int, *args: str) -> subprocess.Popen[bytes]:
+    """`partarchive serve` on 127.0.0.1:port, returned once /healthz answers."""
+    import httpx
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "archiver", "serve", "--port", str(port), *args],
+        env=cli_env(url, namespace),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited: {proc.communicate()[1].decode()}")
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(up, timeout=30, what="HTTP server")
+    return proc

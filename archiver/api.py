@@ -1,0 +1,179 @@
+"""The read-only query-router HTTP API (FastAPI), with ``/metrics``.
+
+Every error is a JSON body ``{"error": ..., "detail": ...}`` with a 4xx/5xx status; no
+stack trace ever leaves the process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Literal
+
+import redis
+import structlog
+from fastapi import FastAPI, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from archiver.config import Config
+from archiver.metrics import register_state_collector
+from archiver.router import QueryRouter
+from codec import ValidationError
+from layers import MAX_PARTITION_ID, ActiveLayer, KeySchema
+from stats import StatsReader
+
+log = structlog.get_logger("partarchive.api")
+
+MAX_API_ID = 2**53
+
+
+class ErrorBody(BaseModel):
+    error: str
+    detail: Any = None
+
+
+class AnswerBody(BaseModel):
+    partition_id: int
+    found: bool
+    status: str
+    source: str
+    degraded: bool
+    detail: str
+    partition: dict[str, Any] | None
+    summary: dict[str, Any] | None
+
+
+class CompletedBody(BaseModel):
+    partition_id: int
+    completed: bool
+    archived: bool
+
+
+class PageBody(BaseModel):
+    items: list[dict[str, Any]]
+    next_after: int | None
+
+
+class StatusBody(BaseModel):
+    status: str
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    422: {"model": ErrorBody, "description": "invalid request"},
+    503: {"model": ErrorBody, "description": "Redis unavailable"},
+}
+PartitionId = Annotated[int, Path(ge=0, le=MAX_API_ID, description="partition id, 0 .. 2^53")]
+
+
+def _error(status: int, error: str, detail: Any = None, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": error, "detail": detail}, headers=dict(headers or {}))
+
+
+def create_app(client: redis.Redis, config: Config) -> FastAPI:
+    keys = KeySchema(config.namespace, config.cluster)
+    router = QueryRouter(client, config.namespace, cluster=config.cluster, policy=config.policy)
+    active = ActiveLayer(client, config.namespace, cluster=config.cluster)
+    reader = StatsReader(client, config.namespace, cluster=config.cluster)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        collector = register_state_collector(client, keys)
+        try:
+            yield
+        finally:
+            REGISTRY.unregister(collector)
+
+    app = FastAPI(title="partarchive query router", version="0.1.0", lifespan=lifespan)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(exc.status_code, str(exc.detail).lower(), None, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in exc.errors()]
+        return _error(422, "invalid request", detail)
+
+    @app.exception_handler(ValidationError)
+    async def bad_value(_request: Request, exc: ValidationError) -> JSONResponse:
+        return _error(422, "invalid request", str(exc))
+
+    @app.exception_handler(redis.RedisError)
+    async def redis_down(_request: Request, exc: redis.RedisError) -> JSONResponse:
+        log.warning("redis error", error=str(exc))
+        return _error(503, "redis unavailable", type(exc).__name__)
+
+    @app.exception_handler(Exception)
+    async def internal(_request: Request, exc: Exception) -> JSONResponse:
+        log.error("unhandled error", error=repr(exc))
+        return _error(500, "internal error")
+
+    @app.get(
+        "/partitions/{partition_id}",
+        response_model=AnswerBody,
+        responses={404: {"model": AnswerBody, "description": "no such partition"}, **ERRORS},
+    )
+    def get_partition(partition_id: PartitionId) -> Any:
+        """Where the partition is: its record and the layer that answered."""
+        if not 1 <= partition_id <= MAX_PARTITION_ID:
+            return JSONResponse(
+                status_code=404,
+                content={
+                    "partition_id": partition_id,
+                    "found": False,
+                    "status": "unknown",
+                    "source": "none",
+                    "degraded": False,
+                    "detail": "no such partition",
+                    "partition": None,
+                    "summary": None,
+                },
+            )
+        answer = router.get(partition_id)
+        body = answer.to_dict()
+        return body if answer.found else JSONResponse(status_code=404, content=body)
+
+    @app.get("/partitions/{partition_id}/completed", response_model=CompletedBody, responses=ERRORS)
+    def is_completed(partition_id: PartitionId) -> Any:
+        """Has the partition completed? Answered from the bitmaps, O(1)."""
+        if not 1 <= partition_id <= MAX_PARTITION_ID:
+            return {"partition_id": partition_id, "completed": False, "archived": False}
+        pipe = client.pipeline(transaction=False)
+        pipe.getbit(keys.done, partition_id)
+        pipe.getbit(keys.index, partition_id)
+        done, archived = pipe.execute()
+        return {"partition_id": partition_id, "completed": bool(done or archived), "archived": bool(archived)}
+
+    @app.get("/partitions", response_model=PageBody, responses=ERRORS)
+    def list_partitions(
+        status: Annotated[Literal["pending", "claimed", "running", "failed"] | None, Query()] = None,
+        after: Annotated[int, Query(ge=0, le=MAX_API_ID)] = 0,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> Any:
+        """Active partitions in pid order, ``limit`` at a time; pass ``next_after`` to get the next page."""
+        items, next_after = active.page(status=status, after=after, limit=limit)
+        return {"items": [p.to_dict() for p in items], "next_after": next_after}
+
+    @app.get("/stats", responses=ERRORS)
+    def get_stats() -> dict[str, Any]:
+        """Active counts merged with the completed rollups."""
+        return reader.stats()
+
+    @app.get("/healthz", response_model=StatusBody)
+    def healthz() -> Any:
+        return {"status": "ok"}
+
+    @app.get("/readyz", response_model=StatusBody, responses={503: {"model": ErrorBody}})
+    def readyz() -> Any:
+        client.ping()
+        return {"status": "ready"}
+
+    @app.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
+    def metrics() -> Response:
+        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+    return app

@@ -1,0 +1,134 @@
+"""Prometheus metrics of the daemon and the API.
+
+Process counters (router answers, decodes, statistics flushes) live in the default
+registry. Layer state (active sizes, queue, archive, tier, compression, consistency check)
+is read from Redis at scrape time by `LayerStateCollector`, so every process that exposes
+``/metrics`` reports the same, current numbers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import redis
+import structlog
+from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from codec import ACTIVE_STATUSES
+from layers import KeySchema, Tier
+
+log = structlog.get_logger("partarchive.metrics")
+
+ROUTER_ANSWERS = Counter("partarchive_router_answers", "Router answers by the layer that answered.", ["source"])
+ROUTER_SECONDS = Histogram(
+    "partarchive_router_seconds",
+    "Router lookup latency.",
+    buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1),
+)
+DECODES = Counter("partarchive_decode", "Archive blob decodes by result.", ["result"])
+STATS_FLUSHES = Counter("partarchive_stats_flushes", "Statistics flushes (commit script calls).")
+
+for _result in ("success", "failure"):
+    DECODES.labels(result=_result)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+class LayerStateCollector(Collector):
+    """Reads the layers' state from Redis in one round trip per scrape."""
+
+    def __init__(self, redis_client: redis.Redis, keys: KeySchema, group: str = "archivers") -> None:
+        self.redis = redis_client
+        self.keys = keys
+        self.group = group
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        up = GaugeMetricFamily("partarchive_redis_up", "Whether the last scrape could read Redis.")
+        try:
+            families = list(self._families())
+        except redis.RedisError as exc:
+            log.warning("metrics scrape could not read redis", error=str(exc))
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from families
+
+    def _families(self) -> Iterator[GaugeMetricFamily]:
+        k = self.keys
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(k.counts)
+        pipe.xlen(k.queue)
+        pipe.xpending(k.queue, self.group)
+        pipe.xlen(k.dead_letter)
+        pipe.hgetall(k.archive_meta)
+        pipe.hlen(k.completed)
+        pipe.hgetall(k.stats_meta)
+        replies = pipe.execute(raise_on_error=False)
+        counts, length, pending, dead, meta, simple, stats_meta = (
+            ({} if isinstance(r, redis.ResponseError) else r) for r in replies
+        )
+        counts = {_text(a): int(b) for a, b in counts.items()}
+        active = GaugeMetricFamily("partarchive_active_partitions", "Active partitions by status.", labels=["status"])
+        for status in ACTIVE_STATUSES:
+            active.add_metric([status.value], counts.get(status.value, 0))
+        yield active
+        yield GaugeMetricFamily(
+            "partarchive_queue_length", "Archive queue entries not yet archived.", value=length or 0
+        )
+        pending_count = int(pending.get("pending", 0)) if isinstance(pending, dict) else 0
+        age = 0.0
+        if pending_count and pending.get("min"):
+            age = max(0.0, time.time() - int(_text(pending["min"]).split("-")[0]) / 1000)
+        yield GaugeMetricFamily(
+            "partarchive_queue_pending", "Entries delivered but not acknowledged.", value=pending_count
+        )
+        yield GaugeMetricFamily(
+            "partarchive_queue_oldest_pending_age_seconds", "Age of the oldest unacknowledged entry.", value=age
+        )
+        yield GaugeMetricFamily("partarchive_dead_letters", "Entries in the dead-letter stream.", value=dead or 0)
+        meta = {_text(a): _text(b) for a, b in meta.items()}
+        total = int(meta.get("total", 0))
+        simple_count = int(simple or 0)
+        by_tier = GaugeMetricFamily(
+            "partarchive_archived_partitions", "Archived partitions by storage.", labels=["storage"]
+        )
+        by_tier.add_metric(["simple"], min(simple_count, total) if total else simple_count)
+        by_tier.add_metric(["batched"], max(0, total - simple_count))
+        yield by_tier
+        tier = GaugeMetricFamily(
+            "partarchive_archive_tier", "Current archive tier (1 for the current one).", labels=["tier"]
+        )
+        current = meta.get("tier", Tier.SIMPLE.value)
+        for t in Tier:
+            tier.add_metric([t.value], 1 if t.value == current else 0)
+        yield tier
+        blob_bytes = int(meta.get("sealed_blob_bytes", 0))
+        ratio = int(meta.get("sealed_json_bytes", 0)) / blob_bytes if blob_bytes else 0.0
+        yield GaugeMetricFamily(
+            "partarchive_compression_ratio", "JSON bytes over sealed blob bytes, over every seal so far.", value=ratio
+        )
+        stats_meta = {_text(a): _text(b) for a, b in stats_meta.items()}
+        yield GaugeMetricFamily(
+            "partarchive_stats_check_ok",
+            "Result of the last statistics consistency check (1 ok, 0 failed, -1 never run).",
+            value=int(stats_meta.get("last_check_ok", -1)),
+        )
+        yield GaugeMetricFamily(
+            "partarchive_stats_check_timestamp_seconds",
+            "When the last consistency check ran.",
+            value=int(stats_meta.get("last_check_at", 0)),
+        )
+
+
+def register_state_collector(redis_client: redis.Redis, keys: KeySchema) -> LayerStateCollector:
+    collector = LayerStateCollector(redis_client, keys)
+    REGISTRY.register(collector)
+    return collector
