@@ -2,8 +2,11 @@
 
 One loop, one consumer of the ``archivers`` group. At start it re-reads what its own
 consumer name left pending; every round it first takes over entries that another
-(dead) replica left idle past ``claim_idle_ms``, then reads new entries. Entries are
-acknowledged (and deleted) by the same script that archives them.
+(dead) replica left idle past ``claim_idle_ms``, then reads new entries. Each entry's
+detail is written at once (simple hash or batch staging, idempotent); the entry is
+acknowledged and deleted later, by the statistics flush, in the same script that sets its
+index bit and counts it. Keep ``claim_idle_ms`` well above the flush interval, or replicas
+take over each other's buffered entries (harmless, but wasted work).
 """
 
 from __future__ import annotations
