@@ -38,14 +38,28 @@ def used_memory(client: redis.Redis) -> int:
     return int(client.info("memory")["used_memory"])  # type: ignore[index]
 
 
+def settle(client: redis.Redis, timeout_s: float = 60.0) -> None:
+    """Wait until the server has no lazily freed objects left, so used_memory is comparable."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        memory: dict[str, int] = client.info("memory")  # type: ignore[assignment]
+        if int(memory.get("lazyfree_pending_objects", 0)) == 0:
+            return
+        time.sleep(0.1)
+
+
 def drop(client: redis.Redis, namespace: str) -> None:
+    """Delete the namespace's keys synchronously (DEL, not UNLINK) and wait for lazy frees."""
     for cluster in (False, True):
         for pattern in KeySchema(namespace, cluster).patterns():
             batch: list[bytes] = []
             for key in client.scan_iter(match=pattern, count=5000):
                 batch.append(key)
                 if len(batch) >= 5000:
-                    client.unlink(*batch)
+                    client.delete(*batch)
                     batch.clear()
             if batch:
-                client.unlink(*batch)
+                client.delete(*batch)
+    settle(client)

@@ -27,7 +27,7 @@ NS = "benchmem"
 
 def _measure(client: redis.Redis, write: object, n: int) -> float:
     drop(client, NS)
-    time.sleep(0.2)
+    time.sleep(0.5)
     before = used_memory(client)
     write(n)  # type: ignore[operator]
     after = used_memory(client)

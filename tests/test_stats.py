@@ -182,17 +182,22 @@ def test_degraded_view_when_statistics_cannot_be_read(real_redis: redis.Redis, n
     assert view["degraded"] is True and view["completed"] is None and "WRONGTYPE" in view["error"]
 
 
+def archive_known_parts(client: redis.Redis, namespace: str, policy: TierPolicy) -> ArchiveLayer:
+    """The ten known partitions archived in full (detail sealed, statistics flushed), by range width 5."""
+    archive = ArchiveLayer(client, KeySchema(namespace), policy)
+    entries = queued(client, namespace, known_parts())
+    archive.write_detail([p for _, p in entries])
+    archive.seal_idle()
+    acc = StatsAccumulator(archive, range_width=5)
+    acc.add(entries)
+    acc.flush()
+    return archive
+
+
 @pytest.mark.parametrize("tier", ["simple", "compressed"])
 def test_verify_detects_tampering_and_repair_fixes_it(real_redis: redis.Redis, namespace: str, tier: str) -> None:
     policy = TierPolicy(compressed_from=0 if tier == "compressed" else 100_000, seal_idle_s=0)
-    archive = ArchiveLayer(real_redis, KeySchema(namespace), policy)
-    acc = StatsAccumulator(archive, range_width=5)
-    entries = queued(real_redis, namespace, known_parts())
-    archive.write_detail([p for _, p in entries])
-    archive.seal_idle()
-    acc.add(entries)
-    acc.flush()
-    keys = archive.keys
+    keys = archive_known_parts(real_redis, namespace, policy).keys
     checker = StatsChecker(real_redis, namespace, policy=policy)
     assert checker.check().ok
     real_redis.hincrby(keys.stats_global, "completed", 5)
@@ -214,13 +219,7 @@ def test_verify_detects_tampering_and_repair_fixes_it(real_redis: redis.Redis, n
 def test_repair_never_counts_below_the_index(real_redis: redis.Redis, namespace: str) -> None:
     """With detail expired, a range is checked by count only and repaired up to the index."""
     policy = TierPolicy(compressed_from=0, seal_idle_s=0)
-    archive = ArchiveLayer(real_redis, KeySchema(namespace), policy)
-    acc = StatsAccumulator(archive, range_width=5)
-    entries = queued(real_redis, namespace, known_parts())
-    archive.write_detail([p for _, p in entries])
-    archive.seal_idle()
-    acc.add(entries)
-    acc.flush()
+    archive = archive_known_parts(real_redis, namespace, policy)
     real_redis.delete(archive.keys.batch(0))  # detail gone, as after expiry
     real_redis.hset(archive.keys.stats_range(1), "count", 2)
     checker = StatsChecker(real_redis, namespace, policy=policy)

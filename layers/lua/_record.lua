@@ -35,3 +35,23 @@ end
 local function is_leased(status)
   return status == 'claimed' or status == 'running'
 end
+
+-- The record of a claimed/running partition held by `worker`, at version `expected` ('' = any).
+-- Returns raw JSON and the decoded record, or nil and the error reply for the caller to return.
+local function load_owned(hash, pid, worker, expected)
+  local raw = redis.call('HGET', hash, pid)
+  if not raw then
+    return nil, {'err', 'not_found', ''}
+  end
+  local rec = cjson.decode(raw)
+  if not is_leased(rec.status) then
+    return nil, {'err', 'bad_state', rec.status}
+  end
+  if rec.worker_id ~= worker then
+    return nil, {'err', 'not_owner', rec.worker_id}
+  end
+  if expected ~= '' and tonumber(expected) ~= rec.version then
+    return nil, {'err', 'version', int(rec.version)}
+  end
+  return raw, rec
+end

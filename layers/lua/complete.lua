@@ -8,23 +8,13 @@
 -- Redis does not roll a script back when a command fails, so every key is read (which
 -- checks its type) before the first write, and XADD, the write most likely to be refused
 -- (a full server, a foreign key of the wrong type), comes first: a failure leaves no trace.
-local pid, worker = ARGV[1], ARGV[2]
-local raw = redis.call('HGET', KEYS[1], pid)
+local pid = ARGV[1]
+if redis.call('GETBIT', KEYS[4], pid) == 1 and redis.call('HEXISTS', KEYS[1], pid) == 0 then
+  return {'already'}
+end
+local raw, rec = load_owned(KEYS[1], pid, ARGV[2], ARGV[3])
 if not raw then
-  if redis.call('GETBIT', KEYS[4], pid) == 1 then
-    return {'already'}
-  end
-  return {'err', 'not_found', ''}
-end
-local rec = cjson.decode(raw)
-if not is_leased(rec.status) then
-  return {'err', 'bad_state', rec.status}
-end
-if rec.worker_id ~= worker then
-  return {'err', 'not_owner', rec.worker_id}
-end
-if ARGV[3] ~= '' and tonumber(ARGV[3]) ~= rec.version then
-  return {'err', 'version', int(rec.version)}
+  return rec
 end
 local completed_at = math.floor(tonumber(ARGV[4]) / 1000)
 local duration = math.max(0, completed_at - rec.claimed_at)

@@ -3,20 +3,10 @@
 -- ARGV[1] op ('start' | 'heartbeat' | 'fail')   ARGV[2] pid   ARGV[3] worker_id
 -- ARGV[4] expected version ('' = any)   ARGV[5] now (unix ms)   ARGV[6] error text (fail)
 -- Returns {'ok', record JSON} or {'err', code, current status or version}.
-local op, pid, worker = ARGV[1], ARGV[2], ARGV[3]
-local raw = redis.call('HGET', KEYS[1], pid)
+local op, pid = ARGV[1], ARGV[2]
+local raw, rec = load_owned(KEYS[1], pid, ARGV[3], ARGV[4])
 if not raw then
-  return {'err', 'not_found', ''}
-end
-local rec = cjson.decode(raw)
-if not is_leased(rec.status) then
-  return {'err', 'bad_state', rec.status}
-end
-if rec.worker_id ~= worker then
-  return {'err', 'not_owner', rec.worker_id}
-end
-if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= rec.version then
-  return {'err', 'version', int(rec.version)}
+  return rec
 end
 if op == 'start' and rec.status ~= 'claimed' then
   return {'err', 'bad_state', rec.status}
