@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 
@@ -78,6 +79,8 @@ def run() -> tuple[str, bool]:
         summary = TierPolicy(compressed_from=0, summary_above=0, retention_s=TEN_YEARS)
         write_compressed(client, KeySchema(summ_ns), standard_workload(n), summary, expire=True)
 
+        gc.collect()
+        gc.freeze()  # as a long-running service does after start-up: full collections skip the set-up's objects
         samples = {
             "all_active, 0 archived": _all_active(client, empty_ns, 1),
             f"all_active, {n:,} archived": _all_active(client, comp_ns, n + 1),
@@ -96,6 +99,7 @@ def run() -> tuple[str, bool]:
         samples["HTTP GET /partitions/{id}, archive:batch"] = _http_lookups(url, comp_ns, pids)
         for ns in (empty_ns, simple_ns, comp_ns, summ_ns):
             drop(client, ns)
+        gc.unfreeze()
     ok = True
     for name, values in samples.items():
         target = TARGET_ALL_ACTIVE_US if name.startswith("all_active") else TARGET_LOOKUP_P99_US
@@ -109,5 +113,7 @@ def run() -> tuple[str, bool]:
         f"targets: archived lookup p99 < {TARGET_LOOKUP_P99_US:.0f} us; get_all_active() with 1,000 active "
         f"< {TARGET_ALL_ACTIVE_US:.0f} us (median), the same with 0 or {n:,} archived; HTTP GET p99 < "
         f"{TARGET_HTTP_P99_US:.0f} us: {'met' if ok else 'MISSED'}\n"
+        "gc.freeze() after set-up: without it, full collections of the set-up's millions of objects add "
+        "~15 ms to a few all_active calls (p99), not to the median.\n"
     )
     return out, ok
