@@ -117,10 +117,18 @@ class ArchiverDaemon:
         deadline.start()
 
     def _round_with_retry(self) -> None:
+        """One round; an error is logged and the round retried after a pause, never fatal.
+
+        Entries of a failed round stay pending and are read again (own pending at restart,
+        or XAUTOCLAIM after ``claim_idle_ms``), so nothing is lost by carrying on.
+        """
         try:
             self.run_once()
         except redis.ConnectionError as exc:
             log.warning("redis unreachable, retrying", error=str(exc))
+            self._stop.wait(1.0)
+        except Exception:
+            log.exception("archiver round failed, retrying")
             self._stop.wait(1.0)
 
     def run_once(self) -> int:

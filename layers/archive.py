@@ -180,9 +180,16 @@ class ArchiveLayer:
                 self.redis.zrem(self.keys.open_batches, str(batch_no))
                 return False
             records = {p.partition_id: p for p in self._decode_existing(batch_no, blob)}
-            for raw in staged.values():
-                part = ArchivedPartition.from_json(raw)
+            for field, raw in staged.items():
+                try:
+                    part = ArchivedPartition.from_json(raw)
+                except DecodeError as exc:
+                    self._dead_letter(f"stage:{batch_no}:{_text(field)}", f"corrupt staged record: {exc}", raw)
+                    continue
                 records[part.partition_id] = part
+            if not records:  # only corrupt records were staged: drop just those fields
+                self.redis.hdel(stage_key, *staged.keys())
+                continue
             merged = [records[pid] for pid in sorted(records)]
             workers = self.workers.register(p.worker_id for p in merged)
             new_blob = encode_blob(merged, workers)
@@ -201,13 +208,20 @@ class ArchiveLayer:
         raise RuntimeError(f"batch {batch_no}: gave up sealing after {_SEAL_RETRIES} conflicts")
 
     def _decode_existing(self, batch_no: int, blob: bytes | None) -> list[ArchivedPartition]:
-        """Records already sealed in a batch; a corrupt blob is rebuilt from what is staged."""
+        """Records already sealed in a batch. A corrupt blob is copied to the quarantine key (its
+        records cannot be read; the statistics still count them) and the batch is rebuilt from
+        what is staged."""
         if blob is None:
             return []
         try:
             return self.decode_batch(blob)
-        except DecodeError:
+        except DecodeError as exc:
+            self.redis.set(self.keys.quarantine(batch_no), blob)
+            self._dead_letter(f"batch:{batch_no}", f"corrupt batch blob quarantined: {exc}", b"")
             return []
+
+    def _dead_letter(self, what: str, reason: str, payload: bytes) -> None:
+        self.redis.xadd(self.keys.dead_letter, {"entry": what, "reason": reason, "p": payload})
 
     def decode_batch(self, blob: bytes) -> list[ArchivedPartition]:
         try:

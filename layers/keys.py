@@ -110,6 +110,10 @@ class KeySchema:
         """String: the sealed, encoded batch. In cluster mode tagged by batch number (not namespace)."""
         return f"{self.namespace}_completed:batch:{self._batch_part(batch_no)}"
 
+    def quarantine(self, batch_no: int) -> str:
+        """String: a batch blob that failed to decode, kept aside when the batch is re-sealed."""
+        return f"{self.namespace}_completed:corrupt:{self._batch_part(batch_no)}"
+
     def staging(self, batch_no: int) -> str:
         """Hash pid -> archived JSON of a batch not sealed yet; same slot as `batch`."""
         return f"{self.namespace}_completed:stage:{self._batch_part(batch_no)}"

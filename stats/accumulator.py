@@ -47,22 +47,23 @@ class StatsAccumulator:
         return len(self._entries)
 
     def add(self, entries: Sequence[tuple[str, ArchivedPartition]]) -> list[CommitResult]:
-        """Buffer entries whose detail is written; flush each time ``flush_count`` is reached."""
+        """Buffer entries whose detail is written; flush ``flush_count`` at a time when that many wait."""
+        if entries and not self._entries:
+            self._since = self._clock()
+        self._entries.extend(entries)
         results = []
-        for entry in entries:
-            if not self._entries:
-                self._since = self._clock()
-            self._entries.append(entry)
-            if len(self._entries) >= self.flush_count:
-                results.append(self.flush())
+        while len(self._entries) >= self.flush_count:
+            results.append(self.flush(self.flush_count))
         return results
 
     def due(self) -> bool:
         return bool(self._entries) and self._clock() - self._since >= self.flush_interval_s
 
-    def flush(self) -> CommitResult:
-        """Commit what is buffered (one round trip, two if a redelivered entry is found)."""
-        entries, self._entries = self._entries, []
+    def flush(self, limit: int | None = None) -> CommitResult:
+        """Commit the oldest ``limit`` buffered entries, or all (one round trip; two if a
+        redelivered entry is found). On failure they stay buffered, unacknowledged."""
+        cut = len(self._entries) if limit is None else limit
+        entries, self._entries = self._entries[:cut], self._entries[cut:]
         self._check_range_width()
         try:
             result = self.archive.commit_deduplicated(entries, self._ops)
@@ -70,6 +71,8 @@ class StatsAccumulator:
             self._entries = entries + self._entries  # nothing was acknowledged; try again later
             raise
         self.flushes += 1
+        if self._entries:
+            self._since = self._clock()
         return result
 
     def _ops(self, parts: list[ArchivedPartition]) -> tuple[list[str], list[Op]]:

@@ -116,3 +116,23 @@ def _consumers(client: redis.Redis, keys: KeySchema) -> list[bytes]:
         return [c["name"] for c in client.xinfo_consumers(keys.queue, "archivers")]
     except redis.ResponseError:
         return []
+
+
+def test_a_failing_round_is_logged_and_retried_not_fatal(real_redis: redis.Redis, namespace: str) -> None:
+    keys = KeySchema(namespace)
+    config = Config(namespace=namespace, block_ms=20, stats_flush_interval_s=0.1, maintenance_interval_s=0)
+    daemon = ArchiverDaemon(real_redis, config, consumer="t")
+    real_redis.lpush(keys.index, "not a bitmap")  # the commit script will fail with WRONGTYPE
+    thread = threading.Thread(target=daemon.run, kwargs={"install_signals": False})
+    thread.start()
+    try:
+        complete_partitions(real_redis, namespace, 20)
+        wait_for(lambda: daemon.archived == 20, what="detail written")
+        assert thread.is_alive() and real_redis.xlen(keys.queue) == 20  # nothing acknowledged
+        real_redis.delete(keys.index)
+        wait_for(lambda: real_redis.xlen(keys.queue) == 0, what="commit after the fault is gone")
+        assert real_redis.bitcount(keys.index) == 20
+    finally:
+        daemon.stop()
+        thread.join(10)
+    assert not thread.is_alive()

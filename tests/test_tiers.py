@@ -196,3 +196,31 @@ def test_daemon_archives_through_the_tiers(real_redis: redis.Redis, namespace: s
     assert {a.source for a in answers} == {Source.BATCH}
     assert real_redis.hlen(daemon.keys.completed) == 0 and real_redis.xlen(daemon.keys.queue) == 0
     assert daemon.archive.archived_total() == 1000
+
+
+def test_resealing_a_corrupt_batch_quarantines_the_blob(real_redis: redis.Redis, namespace: str) -> None:
+    layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=0)
+    batch = parts(300, 100)
+    store(layer, batch[:99])
+    layer.seal_idle()
+    key = layer.keys.batch(3)
+    corrupt = b"\xa7P\x01\x01garbage"
+    real_redis.set(key, corrupt)
+    store(layer, batch[99:])  # a straggler arrives for the corrupt batch
+    layer.seal_idle()
+    assert layer.decode_batch(real_redis.get(key)) == batch[99:]  # type: ignore[arg-type]
+    assert real_redis.get(layer.keys.quarantine(3)) == corrupt
+    dead = real_redis.xrange(layer.keys.dead_letter)
+    assert any(b"quarantined" in d[1][b"reason"] for d in dead)
+
+
+def test_a_corrupt_staged_record_is_dead_lettered_not_fatal(real_redis: redis.Redis, namespace: str) -> None:
+    layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=0)
+    store(layer, parts(400, 10))
+    real_redis.hset(layer.keys.staging(4), "455", b"{broken")
+    assert layer.seal_idle() == 1
+    assert [p.partition_id for p in layer.decode_batch(real_redis.get(layer.keys.batch(4)))] == list(  # type: ignore[arg-type]
+        range(400, 410)
+    )
+    assert not real_redis.exists(layer.keys.staging(4))
+    assert b"corrupt staged record" in real_redis.xrange(layer.keys.dead_letter)[0][1][b"reason"]
