@@ -83,6 +83,12 @@ class ArchiverDaemon:
             for sig in _HANDLED_SIGNALS:
                 previous[sig] = signal.signal(sig, self._on_signal)
         log.info("archiver started", consumer=self.consumer, namespace=self.config.namespace)
+        if self.config.claim_idle_ms < self.config.stats_flush_interval_s * 1000:
+            log.warning(
+                "claim_idle_ms is below the statistics flush interval: replicas will take over "
+                "each other's buffered entries",
+                claim_idle_ms=self.config.claim_idle_ms,
+            )
         try:
             self.queue.ensure_group()
             self._process(self.queue.read_own_pending(self.consumer, self.config.read_count))
