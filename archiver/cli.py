@@ -10,11 +10,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
 import redis
 
 from archiver.config import DEFAULT_REDIS_URL, Config
 from archiver.engine import connect, open_engine
+from archiver.output import print_json
 from codec.errors import PartArchiveError
 
 EXIT_NOT_FOUND = 1
@@ -83,10 +83,6 @@ def _config(args: argparse.Namespace) -> Config:
     )
 
 
-def _print_json(data: Any) -> None:
-    sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
-
-
 def cmd_run(args: argparse.Namespace, config: Config) -> int:
     from archiver.daemon import ArchiverDaemon
     from archiver.logs import configure_logging
@@ -134,7 +130,7 @@ def cmd_get(args: argparse.Namespace, config: Config) -> int:
     client = connect(config.redis_url or DEFAULT_REDIS_URL)
     answer = QueryRouter(client, config.namespace, cluster=config.cluster).get(pid)
     if args.json:
-        _print_json(answer.to_dict())
+        print_json(answer.to_dict())
     elif answer.found:
         print(f"partition {pid}: {answer.status} (source: {answer.source}{', degraded' if answer.degraded else ''})")
         if answer.partition is not None:
@@ -153,7 +149,7 @@ def cmd_status(args: argparse.Namespace, config: Config) -> int:
     client = connect(config.redis_url or DEFAULT_REDIS_URL)
     report = collect_status(client, config)
     if args.json:
-        _print_json(report)
+        print_json(report)
     else:
         print(format_status(report))
     return 0
@@ -179,7 +175,7 @@ def cmd_demo(args: argparse.Namespace, config: Config) -> int:
             progress=not (args.no_progress or args.json),
         )
     if args.json:
-        _print_json(report.to_dict())
+        print_json(report.to_dict())
     else:
         rows = [
             ("partitions created", report.partitions),

@@ -9,8 +9,10 @@ from typing import Any
 from codec.errors import ValidationError
 from layers import TierPolicy
 from layers.keys import check_namespace
+from stats.accumulator import DEFAULT_FLUSH_COUNT, DEFAULT_FLUSH_INTERVAL_S, DEFAULT_RANGE_WIDTH
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+_TIERS = TierPolicy()  # the tier settings' defaults live in TierPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,15 +25,15 @@ class Config:
     claim_idle_ms: int = 60_000
     drain_timeout_s: float = 10.0
     lease_timeout_s: float = 300.0
-    compressed_from: int = 100_000
-    summary_above: int = 500_000
-    batch_size: int = 100
-    retention_s: int = 24 * 3600
-    seal_idle_s: float = 60.0
+    compressed_from: int = _TIERS.compressed_from
+    summary_above: int = _TIERS.summary_above
+    batch_size: int = _TIERS.batch_size
+    retention_s: int = _TIERS.retention_s
+    seal_idle_s: float = _TIERS.seal_idle_s
     maintenance_interval_s: float = 1.0
-    stats_flush_count: int = 100
-    stats_flush_interval_s: float = 30.0
-    stats_range_width: int = 1000
+    stats_flush_count: int = DEFAULT_FLUSH_COUNT
+    stats_flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S
+    stats_range_width: int = DEFAULT_RANGE_WIDTH
 
     @property
     def policy(self) -> TierPolicy:

@@ -8,9 +8,7 @@ is read from Redis at scrape time by `LayerStateCollector`, so every process tha
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from typing import Any
 
 import redis
 import structlog
@@ -20,6 +18,8 @@ from prometheus_client.registry import Collector
 
 from codec import ACTIVE_STATUSES
 from layers import KeySchema, Tier
+from layers.queue import oldest_pending_age
+from layers.replies import as_text
 
 log = structlog.get_logger("partarchive.metrics")
 
@@ -34,10 +34,6 @@ STATS_FLUSHES = Counter("partarchive_stats_flushes", "Statistics flushes (commit
 
 for _result in ("success", "failure"):
     DECODES.labels(result=_result)
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 class LayerStateCollector(Collector):
@@ -75,7 +71,7 @@ class LayerStateCollector(Collector):
         counts, length, pending, dead, meta, simple, stats_meta = (
             ({} if isinstance(r, redis.ResponseError) else r) for r in replies
         )
-        counts = {_text(a): int(b) for a, b in counts.items()}
+        counts = {as_text(a): int(b) for a, b in counts.items()}
         active = GaugeMetricFamily("partarchive_active_partitions", "Active partitions by status.", labels=["status"])
         for status in ACTIVE_STATUSES:
             active.add_metric([status.value], counts.get(status.value, 0))
@@ -84,9 +80,7 @@ class LayerStateCollector(Collector):
             "partarchive_queue_length", "Archive queue entries not yet archived.", value=length or 0
         )
         pending_count = int(pending.get("pending", 0)) if isinstance(pending, dict) else 0
-        age = 0.0
-        if pending_count and pending.get("min"):
-            age = max(0.0, time.time() - int(_text(pending["min"]).split("-")[0]) / 1000)
+        age = oldest_pending_age(pending)
         yield GaugeMetricFamily(
             "partarchive_queue_pending", "Entries delivered but not acknowledged.", value=pending_count
         )
@@ -94,7 +88,7 @@ class LayerStateCollector(Collector):
             "partarchive_queue_oldest_pending_age_seconds", "Age of the oldest unacknowledged entry.", value=age
         )
         yield GaugeMetricFamily("partarchive_dead_letters", "Entries in the dead-letter stream.", value=dead or 0)
-        meta = {_text(a): _text(b) for a, b in meta.items()}
+        meta = {as_text(a): as_text(b) for a, b in meta.items()}
         total = int(meta.get("total", 0))
         simple_count = int(simple or 0)
         by_tier = GaugeMetricFamily(
@@ -115,7 +109,7 @@ class LayerStateCollector(Collector):
         yield GaugeMetricFamily(
             "partarchive_compression_ratio", "JSON bytes over sealed blob bytes, over every seal so far.", value=ratio
         )
-        stats_meta = {_text(a): _text(b) for a, b in stats_meta.items()}
+        stats_meta = {as_text(a): as_text(b) for a, b in stats_meta.items()}
         yield GaugeMetricFamily(
             "partarchive_stats_check_ok",
             "Result of the last statistics consistency check (1 ok, 0 failed, -1 never run).",

@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
 
-import orjson
 import redis
 from tqdm import tqdm
 
 from archiver.config import Config
+from archiver.output import print_json
 from codec import ValidationError
 from stats import StatsChecker, StatsReader
-
-
-def _json(data: Any) -> None:
-    print(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
 
 
 def show_stats(client: redis.Redis, config: Config, *, range_no: int | None, day: str | None, as_json: bool) -> int:
@@ -27,7 +22,7 @@ def show_stats(client: redis.Redis, config: Config, *, range_no: int | None, day
             raise ValidationError(f"--day must be YYYY-MM-DD, got {day!r}") from None
         series = reader.time_series(day)
         if as_json:
-            _json(series)
+            print_json(series)
         else:
             print(f"{day}: {series['total']} completions")
             print("  by hour: " + " ".join(str(n) for n in series["hourly_completion"]))
@@ -39,7 +34,7 @@ def show_stats(client: redis.Redis, config: Config, *, range_no: int | None, day
             raise ValidationError("--range must be >= 0")
         summary = reader.range_stats(range_no)
         if as_json:
-            _json(summary)
+            print_json(summary)
         elif summary is None:
             print(f"range {range_no}: no statistics")
         else:
@@ -57,7 +52,7 @@ def show_stats(client: redis.Redis, config: Config, *, range_no: int | None, day
         return 0 if summary is not None else 1
     view = reader.stats()
     if as_json:
-        _json(view)
+        print_json(view)
         return 0
     active = view["active"]
     print("active   " + ", ".join(f"{k} {v}" for k, v in active.items()) + f"  (total {view['active_total']})")
@@ -87,7 +82,7 @@ def verify_stats(client: redis.Redis, config: Config, *, repair: bool, as_json: 
 
         report = checker.check(repair=repair, progress=progress)
     if as_json:
-        _json(report.to_dict())
+        print_json(report.to_dict())
     else:
         print(
             f"checked {report.ranges_checked} ranges field by field, {report.ranges_count_only} by count; "

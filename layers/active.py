@@ -20,16 +20,13 @@ from codec.validate import MAX_ERROR_BYTES, check_int, check_text, check_worker_
 from layers.errors import InvalidTransition, NotOwner, PartitionNotFound, VersionConflict
 from layers.keys import KeySchema
 from layers.metrics import SDK_COMPLETE_SECONDS
+from layers.replies import as_text
 from layers.scripts import Scripts
 
 #: Bitmaps address at most 2^32 bits, so partition ids of the Redis layers stop there.
 MAX_PARTITION_ID = 2**32 - 1
 MAX_PARTITIONS_PER_CALL = 10_000_000
 _CREATE_CHUNK = 5_000
-
-
-def text(value: Any) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 def check_partition_id(pid: Any) -> int:
@@ -123,7 +120,7 @@ class ActiveLayer:
             [k.active, k.pending, k.leases, k.counts],
             [worker_id, self._now_ms(), int(self.lease_timeout * 1000)],
         )
-        if text(got[0]) == "none":
+        if as_text(got[0]) == "none":
             return None
         return PartitionInfo.from_json(got[1])
 
@@ -162,10 +159,10 @@ class ActiveLayer:
                 [k.active, k.leases, k.counts, k.done, k.queue],
                 [pid, worker_id, _version_arg(expected_version), self._now_ms()],
             )
-        if text(got[0]) == "already":
+        if as_text(got[0]) == "already":
             return Completion(pid, already_completed=True)
         _raise_for(got, pid, "complete")
-        return Completion(pid, False, ArchivedPartition.from_json(got[1]), text(got[2]))
+        return Completion(pid, False, ArchivedPartition.from_json(got[1]), as_text(got[2]))
 
     def retry_failed(self, limit: int | None = None) -> int:
         """Move failed partitions back to pending; returns how many moved."""
@@ -241,7 +238,7 @@ class ActiveLayer:
 
     def counts(self) -> dict[str, int]:
         raw = self.redis.hgetall(self.keys.counts)
-        got = {text(k): int(v) for k, v in raw.items()}  # type: ignore[union-attr]
+        got = {as_text(k): int(v) for k, v in raw.items()}  # type: ignore[union-attr]
         return {s.value: got.get(s.value, 0) for s in ACTIVE_STATUSES}
 
     def size(self) -> int:
@@ -260,9 +257,9 @@ def _version_arg(expected: int | None) -> str:
 
 
 def _raise_for(reply: list[Any], pid: int, op: str) -> None:
-    if text(reply[0]) == "ok":
+    if as_text(reply[0]) == "ok":
         return
-    code, detail = text(reply[1]), text(reply[2])
+    code, detail = as_text(reply[1]), as_text(reply[2])
     if code == "not_found":
         raise PartitionNotFound(f"partition {pid} is not active")
     if code == "not_owner":

@@ -23,6 +23,7 @@ import redis
 
 from codec import ArchivedPartition, DecodeError, ValidationError, decode_blob, encode_blob
 from layers.keys import ARCHIVER_GROUP, KeySchema
+from layers.replies import as_text
 from layers.scripts import Scripts
 from layers.tiers import Tier, TierPolicy
 from layers.workers import WorkerRegistry
@@ -35,10 +36,6 @@ class CommitResult:
     total: int
     tier: Tier
     newly_archived: int
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 class ArchiveLayer:
@@ -55,7 +52,7 @@ class ArchiveLayer:
     def tier(self) -> Tier:
         """The stored tier (it only moves up), or the policy's tier for the total if that is higher."""
         raw: Any = self.redis.hmget(self.keys.archive_meta, ["tier", "total"])
-        stored = Tier(_text(raw[0])) if raw[0] else Tier.SIMPLE
+        stored = Tier(as_text(raw[0])) if raw[0] else Tier.SIMPLE
         wanted = self.policy.tier_for(int(raw[1] or 0))
         return wanted if wanted.rank > stored.rank else stored
 
@@ -87,7 +84,7 @@ class ArchiveLayer:
             mapping = {str(p.partition_id): p.to_json() for p in parts}
             self.redis.hset(self.keys.completed, mapping=mapping)  # type: ignore[arg-type]
         else:
-            self.seal_full(self.stage(parts))
+            self.seal_full(self.stage(parts), tier)
         return tier
 
     def commit(
@@ -111,9 +108,9 @@ class ArchiveLayer:
         for key_pos, op, field, value in ops:
             args += [key_pos + 4, op, field, value]
         reply = self._scripts("commit", [k.index, k.queue, k.archive_meta, *stats_keys], args)
-        if _text(reply[0]) == "dup":
+        if as_text(reply[0]) == "dup":
             return [int(p) for p in reply[1:]]
-        return CommitResult(int(reply[1]), Tier(_text(reply[2])), int(reply[3]))
+        return CommitResult(int(reply[1]), Tier(as_text(reply[2])), int(reply[3]))
 
     def commit_deduplicated(
         self,
@@ -153,23 +150,31 @@ class ArchiveLayer:
         pipe.execute()
         return set(by_batch)
 
-    def seal_full(self, batches: set[int]) -> int:
+    def seal_full(self, batches: set[int], tier: Tier | None = None) -> int:
         """Seal the batches whose staging holds every partition of the batch."""
         ordered = sorted(batches)
         pipe = self.redis.pipeline(transaction=False)
         for b in ordered:
             pipe.hlen(self.keys.staging(b))
         sizes = pipe.execute()
-        return sum(self.seal(b) for b, n in zip(ordered, sizes, strict=True) if n >= self.policy.capacity(b))
+        full = [b for b, n in zip(ordered, sizes, strict=True) if n >= self.policy.capacity(b)]
+        if full and tier is None:
+            tier = self.tier()
+        return sum(self.seal(b, tier) for b in full)
 
     def seal_idle(self, now: float | None = None, limit: int = 100) -> int:
         """Seal batches nobody staged into for ``seal_idle_s`` (partial batches and stragglers)."""
         cutoff = int(((now or time.time()) - self.policy.seal_idle_s) * 1000)
         raw: Any = self.redis.zrangebyscore(self.keys.open_batches, "-inf", cutoff, start=0, num=limit)
-        return sum(self.seal(int(b)) for b in raw)
+        tier = self.tier() if raw else None
+        return sum(self.seal(int(b), tier) for b in raw)
 
-    def seal(self, batch_no: int) -> bool:
-        """Merge the staged records of a batch into its blob; safe against concurrent sealers."""
+    def seal(self, batch_no: int, tier: Tier | None = None) -> bool:
+        """Merge the staged records of a batch into its blob; safe against concurrent sealers.
+
+        ``tier`` is the tier the caller has just read (saves a round trip per batch); without
+        it the tier is read here.
+        """
         batch_key, stage_key = self.keys.batch(batch_no), self.keys.staging(batch_no)
         for _ in range(_SEAL_RETRIES):
             pipe = self.redis.pipeline(transaction=False)
@@ -180,13 +185,15 @@ class ArchiveLayer:
                 self.redis.zrem(self.keys.open_batches, str(batch_no))
                 return False
             records = {p.partition_id: p for p in self._decode_existing(batch_no, blob)}
+            staged_json_bytes = 0
             for field, raw in staged.items():
                 try:
                     part = ArchivedPartition.from_json(raw)
                 except DecodeError as exc:
-                    self._dead_letter(f"stage:{batch_no}:{_text(field)}", f"corrupt staged record: {exc}", raw)
+                    self._dead_letter(f"stage:{batch_no}:{as_text(field)}", f"corrupt staged record: {exc}", raw)
                     continue
                 records[part.partition_id] = part
+                staged_json_bytes += len(raw)
             if not records:  # only corrupt records were staged: drop just those fields
                 self.redis.hdel(stage_key, *staged.keys())
                 continue
@@ -194,15 +201,15 @@ class ArchiveLayer:
             workers = self.workers.register(p.worker_id for p in merged)
             new_blob = encode_blob(merged, workers)
             expire_at = 0
-            if self.tier() is Tier.SUMMARY:
+            if (tier or self.tier()) is Tier.SUMMARY:
                 expire_at = max(p.completed_at for p in merged) + self.policy.retention_s
             digest = hashlib.sha1(blob).hexdigest() if blob else ""
             sealed = self._scripts("seal", [batch_key, stage_key], [digest, len(staged), new_blob, expire_at])
             if int(sealed):
                 pipe = self.redis.pipeline(transaction=False)
                 pipe.zrem(self.keys.open_batches, str(batch_no))
-                pipe.hincrby(self.keys.archive_meta, "sealed_json_bytes", sum(len(p.to_json()) for p in merged))
-                pipe.hincrby(self.keys.archive_meta, "sealed_blob_bytes", len(new_blob))
+                pipe.hincrby(self.keys.archive_meta, "sealed_json_bytes", staged_json_bytes)
+                pipe.hincrby(self.keys.archive_meta, "sealed_blob_bytes", len(new_blob) - len(blob or b""))
                 pipe.execute()
                 return True
         raise RuntimeError(f"batch {batch_no}: gave up sealing after {_SEAL_RETRIES} conflicts")
@@ -244,7 +251,8 @@ class ArchiveLayer:
         return int(self.redis.hlen(self.keys.completed))  # type: ignore[arg-type]
 
     def compression_ratio(self) -> float:
-        """JSON bytes over sealed blob bytes, over every seal so far (0 before the first seal)."""
+        """JSON bytes of every record sealed so far over the bytes of the blobs that hold them
+        (0 before the first seal). Each seal adds its staged JSON and the growth of its blob."""
         raw: Any = self.redis.hmget(self.keys.archive_meta, ["sealed_json_bytes", "sealed_blob_bytes"])
         json_bytes, blob_bytes = int(raw[0] or 0), int(raw[1] or 0)
         return round(json_bytes / blob_bytes, 2) if blob_bytes else 0.0

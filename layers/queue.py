@@ -14,6 +14,7 @@ from typing import Any
 import redis
 
 from layers.keys import ARCHIVER_GROUP, KeySchema
+from layers.replies import as_text
 from layers.scripts import Scripts
 
 
@@ -33,10 +34,6 @@ class QueueState:
     lag: int | None = None
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
-
 def _entries(raw: list[Any]) -> list[QueueEntry]:
     out = []
     for entry_id, fields in raw:
@@ -45,8 +42,18 @@ def _entries(raw: list[Any]) -> list[QueueEntry]:
         payload = fields.get(b"p", fields.get("p", b""))
         if isinstance(payload, str):
             payload = payload.encode("utf-8")
-        out.append(QueueEntry(_text(entry_id), payload))
+        out.append(QueueEntry(as_text(entry_id), payload))
     return out
+
+
+def oldest_pending_age(summary: Any) -> float:
+    """Seconds since the oldest unacknowledged entry was added, from an XPENDING summary.
+
+    Entry ids are ``{unix ms}-{seq}``, so the age needs no further round trip.
+    """
+    if not isinstance(summary, dict) or not summary.get("pending") or not summary.get("min"):
+        return 0.0
+    return max(0.0, time.time() - int(as_text(summary["min"]).split("-")[0]) / 1000)
 
 
 class ArchiveQueue:
@@ -100,14 +107,11 @@ class ArchiveQueue:
         except redis.ResponseError:  # no group yet
             length, dead = self.redis.xlen(self.keys.queue), self.redis.xlen(self.keys.dead_letter)
             return QueueState(int(length), 0, 0.0, 0, int(dead))  # type: ignore[arg-type]
-        age = 0.0
-        if pending["pending"] and pending["min"]:
-            ms = int(_text(pending["min"]).split("-")[0])
-            age = max(0.0, time.time() - ms / 1000)
+        age = oldest_pending_age(pending)
         consumers = len(pending.get("consumers") or [])
         lag = None
         groups: Any = self.redis.xinfo_groups(self.keys.queue)
         for group in groups:
-            if _text(group.get("name")) == self.group and group.get("lag") is not None:
+            if as_text(group.get("name")) == self.group and group.get("lag") is not None:
                 lag = int(group["lag"])
         return QueueState(int(length), int(pending["pending"]), age, consumers, int(dead), lag)

@@ -16,6 +16,7 @@ from typing import Any
 
 from codec import ArchivedPartition, DecodeError
 from layers.archive import ArchiveLayer
+from layers.replies import as_text
 from layers.tiers import Tier
 
 
@@ -24,13 +25,13 @@ def migrate_step(archive: ArchiveLayer) -> int:
     tier = archive.tier()
     if tier is Tier.SIMPLE:
         return 0
-    moved = _move_simple_chunk(archive)
+    moved = _move_simple_chunk(archive, tier)
     if moved or tier is not Tier.SUMMARY:
         return moved
     return _expire_batches_chunk(archive)
 
 
-def _move_simple_chunk(archive: ArchiveLayer) -> int:
+def _move_simple_chunk(archive: ArchiveLayer, tier: Tier) -> int:
     keys, policy = archive.keys, archive.policy
     reply: Any = archive.redis.hscan(keys.completed, 0, count=policy.migrate_chunk)
     raw = reply[1]
@@ -48,11 +49,11 @@ def _move_simple_chunk(archive: ArchiveLayer) -> int:
         by_batch[policy.batch_of(part.partition_id)].append(part)
     archive.stage(parts)
     for batch_no in sorted(by_batch):
-        archive.seal(batch_no)
+        archive.seal(batch_no, tier)
     pipe = archive.redis.pipeline(transaction=False)
     for field, value in corrupt:
         pipe.xadd(
-            keys.dead_letter, {"entry": f"simple:{_text(field)}", "reason": "corrupt simple-tier record", "p": value}
+            keys.dead_letter, {"entry": f"simple:{as_text(field)}", "reason": "corrupt simple-tier record", "p": value}
         )
     pipe.hdel(keys.completed, *raw.keys())
     pipe.execute()
@@ -84,7 +85,3 @@ def _expire_batches_chunk(archive: ArchiveLayer) -> int:
     pipe.hset(keys.archive_meta, "expire_cursor", numbers[-1] + 1)
     pipe.execute()
     return len(numbers)
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

@@ -10,6 +10,7 @@ import redis
 from codec import DecodeError, WorkerMap
 from codec.validate import check_worker_id
 from layers.keys import KeySchema
+from layers.replies import as_text
 from layers.scripts import Scripts
 
 
@@ -40,7 +41,7 @@ class WorkerRegistry:
         raw: Any = self.redis.hgetall(self.keys.workers_by_short)
         try:
             for short, worker_id in raw.items():
-                self.map.add(int(short), worker_id.decode() if isinstance(worker_id, bytes) else worker_id)
+                self.map.add(int(short), as_text(worker_id))
         except ValueError as exc:
             raise DecodeError(f"the worker registry is corrupt: {exc}") from None
         return self.map

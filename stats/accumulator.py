@@ -17,6 +17,8 @@ from layers import ArchiveLayer, CommitResult
 from stats.rollup import Op, rollup_ops
 
 DEFAULT_RANGE_WIDTH = 1000
+DEFAULT_FLUSH_COUNT = 100
+DEFAULT_FLUSH_INTERVAL_S = 30.0
 
 
 class StatsAccumulator:
@@ -24,8 +26,8 @@ class StatsAccumulator:
         self,
         archive: ArchiveLayer,
         *,
-        flush_count: int = 100,
-        flush_interval_s: float = 30.0,
+        flush_count: int = DEFAULT_FLUSH_COUNT,
+        flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
         range_width: int = DEFAULT_RANGE_WIDTH,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

@@ -8,16 +8,13 @@ import redis
 
 from codec import ACTIVE_STATUSES, DecodeError
 from layers import KeySchema
+from layers.replies import as_text
 from stats.accumulator import DEFAULT_RANGE_WIDTH
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 def _ints(raw: dict[Any, Any]) -> dict[str, int]:
     try:
-        return {_text(k): int(v) for k, v in raw.items()}
+        return {as_text(k): int(v) for k, v in raw.items()}
     except ValueError as exc:
         raise DecodeError(f"a statistics field is not a number: {exc}") from None
 
@@ -82,7 +79,7 @@ class StatsReader:
                 "last_completed_at": g.get("last_completed_at", 0),
             }
             view["workers"] = self._per_worker(_ints(replies[2]))
-            view["archive"] = {"archived_total": int(meta[0] or 0), "tier": _text(meta[1] or b"simple")}
+            view["archive"] = {"archived_total": int(meta[0] or 0), "tier": as_text(meta[1] or b"simple")}
             view["total_partitions"] = view["active_total"] + completed
             view["degraded"] = False
         except (redis.RedisError, DecodeError) as exc:

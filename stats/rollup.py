@@ -80,8 +80,9 @@ def add_partitions(
         builder.keep_max(r, "max_id", part.max_id)
         builder.keep_min(r, "first_at", part.completed_at)
         builder.keep_max(r, "last_at", part.completed_at)
-        day = keys.stats_day(day_of(part.completed_at))
-        builder.add(day, f"h{dt.datetime.fromtimestamp(part.completed_at, dt.UTC).hour:02d}", 1)
+        when = dt.datetime.fromtimestamp(part.completed_at, dt.UTC)
+        day = keys.stats_day(when.strftime("%Y-%m-%d"))
+        builder.add(day, f"h{when.hour:02d}", 1)
         builder.add(day, f"w:{worker}", 1)
 
 

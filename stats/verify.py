@@ -20,6 +20,7 @@ import redis
 
 from codec import ArchivedPartition, DecodeError
 from layers import ArchiveLayer, KeySchema, TierPolicy
+from layers.replies import as_text
 from stats.reader import StatsReader
 from stats.rollup import RollupBuilder, add_partitions
 
@@ -70,9 +71,9 @@ def _ints(raw: dict[Any, Any]) -> dict[str, int]:
     out = {}
     for k, v in raw.items():
         try:
-            out[k.decode() if isinstance(k, bytes) else k] = int(v)
+            out[as_text(k)] = int(v)
         except ValueError:
-            out[k.decode() if isinstance(k, bytes) else k] = -1
+            out[as_text(k)] = -1  # a non-number never equals what is expected: reported, repaired
     return out
 
 
@@ -247,8 +248,7 @@ class StatsChecker:
             if keys[pos].startswith(day_prefix) and op == "+":
                 expected[keys[pos]][name] = value
         stored_keys = {
-            k.decode() if isinstance(k, bytes) else k
-            for k in self.redis.scan_iter(match=day_prefix.replace("{", "\\{").replace("}", "\\}") + "*")
+            as_text(k) for k in self.redis.scan_iter(match=day_prefix.replace("{", "\\{").replace("}", "\\}") + "*")
         }
         for key in sorted(stored_keys | set(expected)):
             stored = _ints(self.redis.hgetall(key))  # type: ignore[arg-type]

@@ -39,6 +39,18 @@ def start_archiver(url: str, namespace: str, *args: str, **extra: str) -> subpro
     )
 
 
+def kill_archiver_when(
+    url: str, namespace: str, consumer: str, ready: Callable[[], bool], what: str, *args: str, **extra: str
+) -> None:
+    """Start an archiver as ``consumer``, wait until ``ready()``, then SIGKILL it (no clean-up runs)."""
+    victim = start_archiver(url, namespace, "--consumer", consumer, *args, **extra)
+    try:
+        wait_for(ready, what=what)
+    finally:
+        victim.kill()
+        victim.wait(10)
+
+
 def run_cli(url: str, namespace: str, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "archiver", *args],

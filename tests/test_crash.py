@@ -7,7 +7,7 @@ import signal
 import redis
 
 from layers import ArchiveQueue, KeySchema
-from tests.helpers import complete_partitions, start_archiver, wait_for
+from tests.helpers import complete_partitions, kill_archiver_when, start_archiver, wait_for
 
 
 def test_replica_takes_over_entries_of_a_killed_archiver(
@@ -16,18 +16,16 @@ def test_replica_takes_over_entries_of_a_killed_archiver(
     keys = KeySchema(namespace)
     pids = complete_partitions(real_redis, namespace, 300)
     queue = ArchiveQueue(real_redis, keys)
-    victim = start_archiver(
+    kill_archiver_when(
         engine_url,
         namespace,
-        "--consumer",
         "victim",
+        lambda: queue.state().pending == 100,
+        "entries delivered to the victim",
         "--read-count",
         "100",
         PARTARCHIVE_FAULT_PAUSE_AFTER_READ="60",
     )
-    wait_for(lambda: queue.state().pending == 100, what="entries delivered to the victim")
-    victim.send_signal(signal.SIGKILL)
-    victim.wait(10)
     assert real_redis.hlen(keys.completed) == 0
 
     survivor = start_archiver(engine_url, namespace, "--consumer", "survivor", "--claim-idle-ms", "500")
@@ -53,10 +51,14 @@ def test_restart_under_the_same_name_rereads_its_own_pending(
     keys = KeySchema(namespace)
     complete_partitions(real_redis, namespace, 50)
     queue = ArchiveQueue(real_redis, keys)
-    first = start_archiver(engine_url, namespace, "--consumer", "same", PARTARCHIVE_FAULT_PAUSE_AFTER_READ="60")
-    wait_for(lambda: queue.state().pending == 50, what="entries delivered")
-    first.kill()
-    first.wait(10)
+    kill_archiver_when(
+        engine_url,
+        namespace,
+        "same",
+        lambda: queue.state().pending == 50,
+        "entries delivered",
+        PARTARCHIVE_FAULT_PAUSE_AFTER_READ="60",
+    )
     second = start_archiver(engine_url, namespace, "--consumer", "same")
     try:
         wait_for(

@@ -13,7 +13,7 @@ from codec import ArchivedPartition
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy
 from stats import StatsAccumulator, StatsChecker, StatsReader
 from tests.conftest import Clock
-from tests.helpers import complete_partitions, start_archiver, wait_for
+from tests.helpers import complete_partitions, kill_archiver_when, start_archiver, wait_for
 
 T0 = 1_719_234_405  # 2024-06-24 13:06:45 UTC
 
@@ -101,18 +101,15 @@ def test_exactly_once_after_kill_between_write_and_ack(
     keys = KeySchema(namespace)
     pids = complete_partitions(real_redis, namespace, 300)
     queue = ArchiveQueue(real_redis, keys)
-    victim = start_archiver(
+    kill_archiver_when(
         engine_url,
         namespace,
-        "--consumer",
         "victim",
+        lambda: real_redis.hlen(keys.completed) == 300 and queue.state().pending == 300,  # written, not acked
+        "detail written by the victim",
         PARTARCHIVE_STATS_FLUSH_COUNT="100000",
         PARTARCHIVE_STATS_FLUSH_INTERVAL_S="3600",
     )
-    wait_for(lambda: real_redis.hlen(keys.completed) == 300, what="detail written by the victim")
-    assert queue.state().pending == 300  # written, not acknowledged
-    victim.send_signal(signal.SIGKILL)
-    victim.wait(10)
     survivor = start_archiver(engine_url, namespace, "--consumer", "survivor", "--claim-idle-ms", "300")
     try:
         wait_for(lambda: real_redis.xlen(keys.queue) == 0, what="survivor commits")

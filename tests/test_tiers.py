@@ -52,6 +52,9 @@ def test_compressed_tier_stages_then_seals_full_and_idle_batches(real_redis: red
     assert q.get(220).source is Source.BATCH and not real_redis.exists(keys.staging(2))
     assert real_redis.bitcount(keys.index) == 250 and layer.archived_total() == 250
     assert real_redis.hlen(keys.completed) == 0 and layer.open_batch_count() == 0
+    blob_bytes = sum(real_redis.strlen(keys.batch(b)) for b in range(3))
+    json_bytes = sum(len(p.to_json()) for p in parts(1, 250))
+    assert layer.compression_ratio() == round(json_bytes / blob_bytes, 2) > 10
 
 
 def test_straggler_reseals_its_batch(real_redis: redis.Redis, namespace: str) -> None:
