@@ -23,7 +23,7 @@ from archiver.config import Config
 from archiver.metrics import register_state_collector
 from archiver.router import QueryRouter
 from codec import ValidationError
-from layers import MAX_PARTITION_ID, ActiveLayer, KeySchema
+from layers import MAX_PARTITION_ID, ActiveLayer
 from stats import StatsReader
 
 log = structlog.get_logger("partarchive.api")
@@ -74,10 +74,10 @@ def _error(status: int, error: str, detail: Any = None, headers: Mapping[str, st
 
 
 def create_app(client: redis.Redis, config: Config) -> FastAPI:
-    keys = KeySchema(config.namespace, config.cluster)
-    router = QueryRouter(client, config.namespace, cluster=config.cluster, policy=config.policy)
-    active = ActiveLayer(client, config.namespace, cluster=config.cluster)
-    reader = StatsReader(client, config.namespace, cluster=config.cluster)
+    keys = config.keys
+    router = QueryRouter(client, keys, policy=config.policy)
+    active = ActiveLayer(client, keys, record_format=config.record_format)
+    reader = StatsReader(client, keys)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

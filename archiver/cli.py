@@ -35,6 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--redis-url", help="Redis URL (default: $REDIS_URL)")
     common.add_argument("--namespace", help="key namespace (default: elk, or $PARTARCHIVE_NAMESPACE)")
     common.add_argument("--cluster", action="store_true", default=None, help="hash-tag keys for Redis Cluster")
+    common.add_argument(
+        "--elk-prefix",
+        help="bind the namespace to the elk_coordinator deployment with this KeyPrefix ($PARTARCHIVE_ELK_PREFIX)",
+    )
 
     parser = _Parser(prog="partarchive", description="Redis partition archival system")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -45,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--read-count", type=int, help="entries per read (default 500)")
     run.add_argument("--log-level", default="info")
     run.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on 127.0.0.1:PORT")
+    run.add_argument(
+        "--adopt-elk",
+        action="store_true",
+        default=None,
+        help="also import and remove what elk_coordinator's Go workers complete (needs --elk-prefix)",
+    )
 
     serve = sub.add_parser("serve", parents=[common], help="the query-router HTTP API and /metrics")
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
@@ -65,6 +75,24 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--day", help="show one UTC day's time series (YYYY-MM-DD)")
     stats.add_argument("--json", action="store_true")
 
+    migrate = sub.add_parser("migrate", help="take over an elk_coordinator deployment")
+    migrate_sub = migrate.add_subparsers(dest="migrate_command", required=True, parser_class=_Parser)
+    from_elk = migrate_sub.add_parser("from-elk", parents=[common], help="import an elk_coordinator deployment")
+    from_elk.add_argument("--prefix", help="Go's KeyPrefix option (e.g. 'my-app:'); without it, list deployments")
+    from_elk.add_argument("--dry-run", action="store_true", help="survey only: write nothing")
+    from_elk.add_argument(
+        "--delete-source", action="store_true", help="delete imported source records once verified"
+    )
+    from_elk.add_argument("--rejects", metavar="FILE", help="also write the reject list to FILE (JSON Lines)")
+    from_elk.add_argument("--json", action="store_true")
+    from_elk.add_argument("--no-progress", action="store_true")
+
+    export = sub.add_parser("export", parents=[common], help="every archived partition, as JSON Lines or into a hash")
+    export.add_argument("--format", choices=["elk", "native"], default="elk", dest="fmt")
+    target = export.add_mutually_exclusive_group(required=True)
+    target.add_argument("--output", metavar="FILE", help="write JSON Lines to FILE ('-' = stdout)")
+    target.add_argument("--into-hash", metavar="KEY", help="HSET every record into this hash (e.g. Go's elk_archived)")
+
     demo = sub.add_parser("demo", parents=[common], help="the whole system on an embedded engine")
     demo.add_argument("--partitions", type=int, default=20_000)
     demo.add_argument("--workers", type=int, default=8)
@@ -80,6 +108,8 @@ def _config(args: argparse.Namespace) -> Config:
         cluster=args.cluster,
         claim_idle_ms=getattr(args, "claim_idle_ms", None),
         read_count=getattr(args, "read_count", None),
+        elk_prefix=args.elk_prefix,
+        adopt_elk=getattr(args, "adopt_elk", None),
     )
 
 
@@ -128,7 +158,7 @@ def cmd_get(args: argparse.Namespace, config: Config) -> int:
     except ValueError:
         raise CliError(f"partition id must be an integer, got {args.pid!r}") from None
     client = connect(config.redis_url or DEFAULT_REDIS_URL)
-    answer = QueryRouter(client, config.namespace, cluster=config.cluster).get(pid)
+    answer = QueryRouter(client, config.keys, policy=config.policy).get(pid)
     if args.json:
         print_json(answer.to_dict())
     elif answer.found:
@@ -206,6 +236,20 @@ def cmd_stats(args: argparse.Namespace, config: Config) -> int:
     return show_stats(client, config, range_no=args.range_no, day=args.day, as_json=args.json)
 
 
+def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
+    from archiver.migrate_cli import migrate_from_elk
+
+    client = connect(config.redis_url or DEFAULT_REDIS_URL)
+    return migrate_from_elk(client, config, args)
+
+
+def cmd_export(args: argparse.Namespace, config: Config) -> int:
+    from archiver.migrate_cli import export
+
+    client = connect(config.redis_url or DEFAULT_REDIS_URL)
+    return export(client, config, fmt=args.fmt, output=args.output, into_hash=args.into_hash)
+
+
 COMMANDS = {
     "run": cmd_run,
     "serve": cmd_serve,
@@ -213,6 +257,8 @@ COMMANDS = {
     "status": cmd_status,
     "stats": cmd_stats,
     "demo": cmd_demo,
+    "migrate": cmd_migrate,
+    "export": cmd_export,
 }
 
 

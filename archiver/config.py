@@ -7,7 +7,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from codec.errors import ValidationError
-from layers import TierPolicy
+from layers import KeySchema, TierPolicy
+from layers.active import RECORD_FORMATS
 from layers.keys import check_namespace
 from stats.accumulator import DEFAULT_FLUSH_COUNT, DEFAULT_FLUSH_INTERVAL_S, DEFAULT_RANGE_WIDTH
 
@@ -20,6 +21,10 @@ class Config:
     redis_url: str | None = None
     namespace: str = "elk"
     cluster: bool = False
+    elk_prefix: str | None = None
+    record_format: str | None = None
+    adopt_elk: bool = False
+    adopt_interval_s: float = 5.0
     read_count: int = 500
     block_ms: int = 1000
     claim_idle_ms: int = 60_000
@@ -36,6 +41,11 @@ class Config:
     stats_range_width: int = DEFAULT_RANGE_WIDTH
 
     @property
+    def keys(self) -> KeySchema:
+        """The namespace's key schema (bound to an elk_coordinator KeyPrefix when configured)."""
+        return KeySchema(self.namespace, self.cluster, self.elk_prefix)
+
+    @property
     def policy(self) -> TierPolicy:
         return TierPolicy(
             compressed_from=self.compressed_from,
@@ -47,6 +57,11 @@ class Config:
 
     def __post_init__(self) -> None:
         check_namespace(self.namespace)
+        _ = self.keys  # validates the binding
+        if self.record_format is not None and self.record_format not in RECORD_FORMATS:
+            raise ValidationError(f"record_format must be native or elk, got {self.record_format!r}")
+        if self.adopt_elk and self.elk_prefix is None:
+            raise ValidationError("adopting elk_coordinator's completions needs the namespace bound: set --elk-prefix")
         for name in ("read_count", "block_ms", "claim_idle_ms", "stats_flush_count", "stats_range_width"):
             if getattr(self, name) < 1:
                 raise ValidationError(f"{name} must be at least 1")

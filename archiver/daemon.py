@@ -27,12 +27,12 @@ import structlog
 from archiver.config import Config
 from archiver.metrics import STATS_FLUSHES
 from codec import ArchivedPartition, DecodeError
+from codec.elk import ElkRecord, as_archived, parse_archived
 from layers import (
     MAX_PARTITION_ID,
     ArchiveLayer,
     ArchiveQueue,
     CommitResult,
-    KeySchema,
     QueueEntry,
     Tier,
     migrate_step,
@@ -51,7 +51,7 @@ def default_consumer_name() -> str:
 class ArchiverDaemon:
     def __init__(self, redis_client: redis.Redis, config: Config, consumer: str | None = None) -> None:
         self.config = config
-        self.keys = KeySchema(config.namespace, config.cluster)
+        self.keys = config.keys
         self.queue = ArchiveQueue(redis_client, self.keys)
         self.archive = ArchiveLayer(redis_client, self.keys, config.policy)
         self.stats = StatsAccumulator(
@@ -65,6 +65,12 @@ class ArchiverDaemon:
         self.dead_lettered = 0
         self._stop = threading.Event()
         self._next_maintenance = 0.0
+        self._next_adopt = 0.0
+        self._adopter: Any = None
+        if config.adopt_elk and config.elk_prefix is not None:
+            from archiver.migrate import ElkMigration
+
+            self._adopter = ElkMigration(redis_client, config, config.elk_prefix)
         self._tier = Tier.SIMPLE
         self._pause_after_read_s = float(os.environ.get("PARTARCHIVE_FAULT_PAUSE_AFTER_READ", "0"))
 
@@ -164,7 +170,17 @@ class ArchiverDaemon:
         moved = migrate_step(self.archive)
         if sealed or moved:
             log.info("maintenance", sealed=sealed, migrated=moved, tier=self.archive.tier().value)
-        return flushed + sealed + moved
+        return flushed + sealed + moved + self._adopt(now)
+
+    def _adopt(self, now: float) -> int:
+        """Import what elk_coordinator's Go workers completed (``adopt_elk``), every ``adopt_interval_s``."""
+        if self._adopter is None or now < self._next_adopt:
+            return 0
+        self._next_adopt = now + self.config.adopt_interval_s
+        adopted = int(self._adopter.adopt_step())
+        if adopted:
+            log.info("adopted elk_coordinator completions", count=adopted)
+        return adopted
 
     def _process(self, entries: list[QueueEntry]) -> int:
         if not entries:
@@ -172,9 +188,11 @@ class ArchiverDaemon:
         if self._pause_after_read_s:
             time.sleep(self._pause_after_read_s)
         good: list[tuple[str, ArchivedPartition]] = []
+        detail: list[ArchivedPartition | ElkRecord] = []
         for entry in entries:
             try:
-                part = ArchivedPartition.from_json(entry.payload)
+                record = parse_archived(entry.payload)
+                part = as_archived(record)
                 if part.partition_id > MAX_PARTITION_ID:
                     raise DecodeError(f"partition id {part.partition_id} is beyond the index")
             except DecodeError as exc:
@@ -183,8 +201,9 @@ class ArchiverDaemon:
                 log.error("dead-lettered queue entry", entry=entry.entry_id, reason=str(exc))
                 continue
             good.append((entry.entry_id, part))
+            detail.append(record)
         if good:
-            self.archive.write_detail([part for _, part in good])
+            self.archive.write_detail(detail)
             self.archived += len(good)
             for result in self.stats.add(good):
                 self._note(result)

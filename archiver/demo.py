@@ -14,7 +14,7 @@ from tqdm import tqdm
 from archiver.config import Config
 from archiver.daemon import ArchiverDaemon, run_until
 from archiver.router import QueryRouter, Source
-from layers import ActiveLayer, ArchiveLayer, KeySchema
+from layers import ActiveLayer, ArchiveLayer
 from stats import StatsReader
 
 
@@ -91,7 +91,7 @@ def run_demo(
     progress: bool = True,
 ) -> DemoReport:
     started = time.monotonic()
-    active = ActiveLayer(client, config.namespace, cluster=config.cluster, lease_timeout=config.lease_timeout_s)
+    active = ActiveLayer(client, config.keys, lease_timeout=config.lease_timeout_s, record_format=config.record_format)
     pids = active.create_partitions(1, partitions * 1000, 1000) if partitions else range(0)
     stats = {"completed": 0, "failed": 0}
     lock = threading.Lock()
@@ -101,7 +101,7 @@ def run_demo(
         for i in range(workers)
     ]
     daemon = ArchiverDaemon(client, replace(config, stats_flush_interval_s=0.5), consumer="demo-archiver")
-    archive = ArchiveLayer(client, KeySchema(config.namespace, config.cluster))
+    archive = ArchiveLayer(client, config.keys)
     queue_keys = daemon.keys
 
     def drained() -> bool:
@@ -117,7 +117,7 @@ def run_demo(
             bar.update(min(daemon.archived, len(pids)) - bar.n)
         bar.update(min(daemon.archived, len(pids)) - bar.n)
     finished.set()
-    router = QueryRouter(client, config.namespace, cluster=config.cluster)
+    router = QueryRouter(client, config.keys, policy=config.policy)
     found = in_archive = 0
     for pid in pids:
         answer = router.get(pid)
@@ -132,7 +132,7 @@ def run_demo(
         found=found,
         found_in_archive=in_archive,
         queue_length=int(client.xlen(queue_keys.queue)),  # type: ignore[arg-type]
-        stats_completed=StatsReader(client, config.namespace, cluster=config.cluster).stats()["completed"][
+        stats_completed=StatsReader(client, config.keys).stats()["completed"][
             "total_completed"
         ],
         elapsed_s=round(time.monotonic() - started, 2),

@@ -17,6 +17,7 @@ import redis
 
 from archiver.metrics import DECODES, ROUTER_ANSWERS, ROUTER_SECONDS
 from codec import ArchivedPartition, DecodeError, PartitionInfo
+from codec.elk import ElkRecord, decode_active, parse_archived
 from layers import ArchiveLayer, KeySchema, TierPolicy
 from layers.active import check_partition_id
 from stats import StatsReader
@@ -41,7 +42,7 @@ for _source in Source:
 class Answer:
     partition_id: int
     source: Source
-    partition: PartitionInfo | ArchivedPartition | None = None
+    partition: PartitionInfo | ArchivedPartition | ElkRecord | None = None
     degraded: bool = False
     detail: str = ""
     summary: dict[str, Any] | None = None
@@ -54,6 +55,8 @@ class Answer:
     def status(self) -> str:
         if isinstance(self.partition, PartitionInfo):
             return self.partition.status.value
+        if isinstance(self.partition, ElkRecord):
+            return self.partition.status
         return "completed" if self.found else "unknown"
 
     def to_dict(self) -> dict[str, Any]:
@@ -77,17 +80,17 @@ class QueryRouter:
     def __init__(
         self,
         redis_client: redis.Redis,
-        namespace: str = "elk",
+        namespace: str | KeySchema = "elk",
         *,
         cluster: bool = False,
         policy: TierPolicy | None = None,
         summary_lookup: SummaryLookup | None = None,
     ) -> None:
         self.redis = redis_client
-        self.keys = KeySchema(namespace, cluster)
+        self.keys = KeySchema.of(namespace, cluster)
         self.archive = ArchiveLayer(redis_client, self.keys, policy)
         if summary_lookup is None:
-            summary_lookup = StatsReader(redis_client, namespace, cluster=cluster).range_summary
+            summary_lookup = StatsReader(redis_client, self.keys).range_summary
         self.summary_lookup = summary_lookup
         self.decode_failures = 0
         self.decode_successes = 0
@@ -112,10 +115,10 @@ class QueryRouter:
         pipe.getbit(k.done, pid)
         active, indexed, simple, staged, blob, done = pipe.execute()
         if active is not None:
-            return self._record(pid, Source.ACTIVE, active, PartitionInfo.from_json)
+            return self._record(pid, Source.ACTIVE, active, decode_active)
         for source, raw in ((Source.SIMPLE, simple), (Source.STAGING, staged)):
             if raw is not None:
-                return self._record(pid, source, raw, ArchivedPartition.from_json)
+                return self._record(pid, source, raw, parse_archived)
         problem, corrupt = "archived, but its detail has expired", False
         if blob is not None:
             try:

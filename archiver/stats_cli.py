@@ -14,7 +14,7 @@ from stats import StatsChecker, StatsReader
 
 
 def show_stats(client: redis.Redis, config: Config, *, range_no: int | None, day: str | None, as_json: bool) -> int:
-    reader = StatsReader(client, config.namespace, cluster=config.cluster)
+    reader = StatsReader(client, config.keys)
     if day is not None:
         try:
             dt.date.fromisoformat(day)
@@ -73,7 +73,7 @@ def show_stats(client: redis.Redis, config: Config, *, range_no: int | None, day
 
 
 def verify_stats(client: redis.Redis, config: Config, *, repair: bool, as_json: bool) -> int:
-    checker = StatsChecker(client, config.namespace, cluster=config.cluster, policy=config.policy)
+    checker = StatsChecker(client, config.keys, policy=config.policy)
     with tqdm(desc="checking batches", unit="batch", disable=as_json, leave=False) as bar:
 
         def progress(done: int, total: int) -> None:

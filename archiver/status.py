@@ -7,12 +7,12 @@ from typing import Any
 import redis
 
 from archiver.config import Config
-from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema
+from layers import ActiveLayer, ArchiveLayer, ArchiveQueue
 
 
 def collect_status(client: redis.Redis, config: Config) -> dict[str, Any]:
-    keys = KeySchema(config.namespace, config.cluster)
-    active = ActiveLayer(client, config.namespace, cluster=config.cluster)
+    keys = config.keys
+    active = ActiveLayer(client, keys)
     archive = ArchiveLayer(client, keys, config.policy)
     queue = ArchiveQueue(client, keys).state()
     memory = client.info("memory")

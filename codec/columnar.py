@@ -8,12 +8,13 @@ pattern are stored as deltas:
     pid       first pid, then pid[i] - pid[i-1]
     min_id    first min_id, then the error of the guess min[i-1] + (pid[i]-pid[i-1]) * width[i-1]
               (contiguous, equal-width partitions cost nothing); raw values when a guess is huge
-    span      max_id - min_id
+    span      max_id - min_id (up to 2^64 - 1: ids are signed 64-bit)
     worker    short worker number
     time      first completed_at, then completed_at[i] - completed_at[i-1]
     duration  seconds
 
-Layout: varint count, flags byte, varints first pid / first min_id / first completed_at,
+Layout: varint count, flags byte, varints first pid / first min_id (zigzag when flag 2 is set,
+always so since signed ids; older blobs have it unsigned) / first completed_at,
 then the six columns, each as: width byte, zigzag varint base, ceil(n * width / 8) bytes.
 Record order is kept, so decoding gives back exactly the list that was encoded.
 """
@@ -27,11 +28,12 @@ from operator import sub
 
 from codec.errors import DecodeError, ValidationError
 from codec.record import ArchivedPartition
-from codec.validate import MAX_DURATION, MAX_ID, MAX_TIMESTAMP
+from codec.validate import MAX_DURATION, MAX_ID, MAX_INT64, MAX_TIMESTAMP, MIN_INT64
 from codec.varint import get_svarint, get_uvarint, put_svarint, put_uvarint
 from codec.workers import WorkerMap
 
 _FLAG_PREDICTED_MIN = 1
+_FLAG_SIGNED_FIRST_MIN = 2
 _build = partial(tuple.__new__, ArchivedPartition)  # fields already range-checked per column
 _MAX_GUESS = 2**62
 MAX_RECORDS = 1_000_000
@@ -84,9 +86,10 @@ def encode_columns(records: Sequence[ArchivedPartition], workers: WorkerMap) -> 
     predicted = all(-_MAX_GUESS <= g <= _MAX_GUESS for g in guesses)
     out = bytearray()
     put_uvarint(out, len(records))
-    out.append(_FLAG_PREDICTED_MIN if predicted else 0)
-    for first in (pids[0], mins[0], times[0]):
-        put_uvarint(out, first)
+    out.append((_FLAG_PREDICTED_MIN if predicted else 0) | _FLAG_SIGNED_FIRST_MIN)
+    put_uvarint(out, pids[0])
+    put_svarint(out, mins[0])
+    put_uvarint(out, times[0])
     _put_column(out, pid_deltas)
     _put_column(out, guesses if predicted else mins[1:])
     _put_column(out, spans)
@@ -105,7 +108,8 @@ def decode_columns(buf: bytes, workers: WorkerMap) -> list[ArchivedPartition]:
         raise DecodeError("truncated columnar payload")
     flags = buf[offset]
     first_pid, offset = get_uvarint(buf, offset + 1)
-    first_min, offset = get_uvarint(buf, offset)
+    first_min, offset = (get_svarint if flags & _FLAG_SIGNED_FIRST_MIN else get_uvarint)(buf, offset)
+    flags &= ~_FLAG_SIGNED_FIRST_MIN
     first_time, offset = get_uvarint(buf, offset)
     pid_deltas, offset = _get_column(buf, offset, count - 1)
     min_col, offset = _get_column(buf, offset, count - 1)
@@ -131,10 +135,10 @@ def decode_columns(buf: bytes, workers: WorkerMap) -> list[ArchivedPartition]:
         raise DecodeError(f"unknown columnar flags {flags}")
     times = list(accumulate(time_deltas, initial=first_time))
     _check_range("partition_id", pids, 1, MAX_ID)
-    _check_range("min_id", mins, 0, MAX_ID)
-    _check_range("span", spans, 0, MAX_ID)
+    _check_range("min_id", mins, MIN_INT64, MAX_INT64)
+    _check_range("span", spans, 0, MAX_INT64 - MIN_INT64)
     maxs = [lo + s for lo, s in zip(mins, spans, strict=True)]
-    _check_range("max_id", maxs, 0, MAX_ID)
+    _check_range("max_id", maxs, MIN_INT64, MAX_INT64)
     _check_range("completed_at", times, 0, MAX_TIMESTAMP)
     _check_range("duration", durations, 0, MAX_DURATION)
     table = workers.lookup_table()

@@ -17,8 +17,10 @@ from codec.validate import (
     MAX_DURATION,
     MAX_ERROR_BYTES,
     MAX_ID,
+    MAX_INT64,
     MAX_TIMESTAMP,
     MAX_WORKER_ID_BYTES,
+    MIN_INT64,
     check_int,
     check_pid,
     check_range,
@@ -169,7 +171,7 @@ def _fast_partition(data: Any) -> tuple[Any, ...] | None:
         and type(hi) is int
         and type(version) is int
         and 1 <= pid <= MAX_ID
-        and 0 <= lo <= hi <= MAX_ID
+        and MIN_INT64 <= lo <= hi <= MAX_INT64
         and 0 <= version <= MAX_ID
         and all(type(t) is int and 0 <= t <= _TS for t in times)
         and type(worker) is str

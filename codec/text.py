@@ -1,8 +1,10 @@
 """The seed's text format, exactly: ``P{pid}:{min_id}-{max_id}:w{short}:{timestamp}:{duration}``.
 
-Records are joined by commas. Worker IDs go through a `WorkerMap`, so an ID containing
-``:`` or ``,`` cannot break the format. Numbers are canonical decimals (no sign, no
-leading zeros), so every text decodes to one batch and encodes back to the same text.
+Records are joined by commas. ``min_id``/``max_id`` are signed 64-bit, so a negative range
+reads ``P7:-3000--2001:w1:...`` (the separating ``-`` is followed by the sign). Worker IDs go
+through a `WorkerMap`, so an ID containing ``:`` or ``,`` cannot break the format. Numbers are
+canonical decimals (no leading zeros, a sign only on negative ids), so every text decodes to one
+batch and encodes back to the same text.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from codec.record import ArchivedPartition
 from codec.workers import WorkerMap
 
 _NUM = r"(0|[1-9][0-9]{0,19})"
-_RECORD = re.compile(rf"P{_NUM}:{_NUM}-{_NUM}:w([1-9][0-9]{{0,9}}):{_NUM}:{_NUM}")
+_SNUM = r"(0|-?[1-9][0-9]{0,18})"
+_RECORD = re.compile(rf"P{_NUM}:{_SNUM}-{_SNUM}:w([1-9][0-9]{{0,9}}):{_NUM}:{_NUM}")
 
 
 def encode_text(records: Sequence[ArchivedPartition], workers: WorkerMap) -> str:

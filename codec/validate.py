@@ -8,6 +8,9 @@ from typing import Any
 from codec.errors import ValidationError
 
 MAX_ID = 2**53
+#: ``min_id``/``max_id`` are signed 64-bit, as Go's ``int64`` in elk_coordinator.
+MIN_INT64 = -(2**63)
+MAX_INT64 = 2**63 - 1
 MAX_TIMESTAMP = 2**40
 MAX_DURATION = 10**9
 MAX_WORKER_ID_BYTES = 256
@@ -29,8 +32,8 @@ def check_pid(value: Any) -> int:
 
 
 def check_range(min_id: Any, max_id: Any) -> tuple[int, int]:
-    check_int("min_id", min_id, 0, MAX_ID)
-    check_int("max_id", max_id, 0, MAX_ID)
+    check_int("min_id", min_id, MIN_INT64, MAX_INT64)
+    check_int("max_id", max_id, MIN_INT64, MAX_INT64)
     if max_id < min_id:
         raise ValidationError(f"inverted range: min_id {min_id} > max_id {max_id}")
     return min_id, max_id

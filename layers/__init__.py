@@ -2,7 +2,7 @@
 
 from layers.active import MAX_PARTITION_ID, ActiveLayer, Completion
 from layers.archive import ArchiveLayer, CommitResult
-from layers.errors import InvalidTransition, NotOwner, PartitionNotFound, VersionConflict
+from layers.errors import InvalidTransition, NotOwner, PartitionNotFound, VersionConflict, WrongKeyType
 from layers.keys import KeySchema
 from layers.queue import ArchiveQueue, QueueEntry, QueueState
 from layers.tiers import Tier, TierPolicy
@@ -26,5 +26,6 @@ __all__ = [
     "TierPolicy",
     "VersionConflict",
     "WorkerRegistry",
+    "WrongKeyType",
     "migrate_step",
 ]

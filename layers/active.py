@@ -3,11 +3,19 @@
 Every state change is one Lua script, so the record, the pending/lease/failed indexes
 and the per-status counts change together. Each change bumps ``version``; callers may
 pass ``expected_version`` to make an update conditional (optimistic concurrency).
+
+Records are written in the namespace's record format: ``native`` (integer times, a claim
+time) or ``elk`` (elk_coordinator's PartitionInfo, so Go workers can read them). Every script
+reads both, so a namespace bound to a Go deployment (`KeySchema.elk_prefix`) shares its active
+hash with Go workers: each side can claim, heartbeat, fail, retry and complete partitions the
+other created. Go workers do not keep our pending/lease/failed indexes, so in a bound
+namespace `sync` rebuilds them from the hash when a claim finds nothing (at most once a second).
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -15,9 +23,11 @@ from typing import Any
 import orjson
 import redis
 
-from codec import ACTIVE_STATUSES, ArchivedPartition, PartitionInfo, ValidationError
-from codec.validate import MAX_ERROR_BYTES, check_int, check_text, check_worker_id
-from layers.errors import InvalidTransition, NotOwner, PartitionNotFound, VersionConflict
+from codec import ACTIVE_STATUSES, ArchivedPartition, DecodeError, PartitionInfo, ValidationError
+from codec.elk import decode_elk, parse_active
+from codec.gojson import GoTime, go_json, go_string
+from codec.validate import MAX_ERROR_BYTES, MAX_INT64, MIN_INT64, check_int, check_text, check_worker_id
+from layers.errors import InvalidTransition, NotOwner, PartitionNotFound, VersionConflict, WrongKeyType
 from layers.keys import KeySchema
 from layers.metrics import SDK_COMPLETE_SECONDS
 from layers.replies import as_text
@@ -27,6 +37,8 @@ from layers.scripts import Scripts
 MAX_PARTITION_ID = 2**32 - 1
 MAX_PARTITIONS_PER_CALL = 10_000_000
 _CREATE_CHUNK = 5_000
+RECORD_FORMATS = ("native", "elk")
+_SYNC_EVERY_S = 1.0
 
 
 def check_partition_id(pid: Any) -> int:
@@ -49,80 +61,157 @@ class ActiveLayer:
     def __init__(
         self,
         redis_client: redis.Redis,
-        namespace: str = "elk",
+        namespace: str | KeySchema = "elk",
         *,
         cluster: bool = False,
         lease_timeout: float = 300.0,
         clock: Callable[[], float] = time.time,
+        elk_prefix: str | None = None,
+        record_format: str | None = None,
     ) -> None:
         self.redis = redis_client
-        self.keys = KeySchema(namespace, cluster)
+        self.keys = KeySchema.of(namespace, cluster, elk_prefix)
         if not lease_timeout > 0:
             raise ValidationError("lease_timeout must be positive")
+        if record_format is None:
+            record_format = "native" if self.keys.elk_prefix is None else "elk"
+        if record_format not in RECORD_FORMATS:
+            raise ValidationError(f"record_format must be native or elk, got {record_format!r}")
+        self.record_format = record_format
         self.lease_timeout = lease_timeout
         self._clock = clock
         self._scripts = Scripts(redis_client)
+        self._next_sync = 0.0
+        self.skipped_records = 0
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
 
+    def _clock_args(self) -> tuple[int, int, str]:
+        """Now as unix ms, unix seconds, and RFC 3339 JSON text (UTC, the precision of the clock)."""
+        now = self._clock()
+        seconds = int(now)
+        return int(now * 1000), seconds, f'"{GoTime(seconds, int((now - seconds) * 1e9) // 1000 * 1000).format()}"'
+
+    def _run(self, script: str, keys: list[str], args: list[Any]) -> Any:
+        """Run a script of this layer; its typed error replies become exceptions here."""
+        reply = self._scripts(script, keys, args)
+        if isinstance(reply, list) and reply and as_text(reply[0]) == "err":
+            code = as_text(reply[1])
+            if code == "wrong_type":
+                raise WrongKeyType(as_text(reply[2]))
+            if code == "corrupt":
+                raise DecodeError(f"the stored record of partition {as_text(reply[2]) or '?'} is corrupt")
+        return reply
+
     # leader side
 
     def create_partitions(self, first_id: int, last_id: int, size: int, options: dict[str, Any] | None = None) -> range:
-        """Split ``first_id..last_id`` into partitions of ``size`` IDs; returns their pids."""
-        check_int("first_id", first_id, 0, 2**53)
-        check_int("last_id", last_id, 0, 2**53)
-        check_int("size", size, 1, 2**53)
+        """Split ``first_id..last_id`` (signed 64-bit) into partitions of ``size`` IDs; returns their pids.
+
+        Each chunk of 5,000 partitions is one script that checks the id range and every new
+        field before it writes anything.
+        """
+        check_int("first_id", first_id, MIN_INT64, MAX_INT64)
+        check_int("last_id", last_id, MIN_INT64, MAX_INT64)
+        check_int("size", size, 1, MAX_INT64 - MIN_INT64 + 1)
         if last_id < first_id:
             raise ValidationError(f"inverted range: first_id {first_id} > last_id {last_id}")
         count = (last_id - first_id) // size + 1
         if count > MAX_PARTITIONS_PER_CALL:
             raise ValidationError(f"{count} partitions in one call; the limit is {MAX_PARTITIONS_PER_CALL}")
         options_json = self._options_json(options)
+        _, now_s, now_elk = self._clock_args()
+        now = now_elk if self.record_format == "elk" else str(now_s)
         first_pid = last_pid = 0
         k = self.keys
         for start in range(0, count, _CREATE_CHUNK):
-            lo = first_id + start * size
-            hi = min(last_id, lo + _CREATE_CHUNK * size - 1)
-            got = self._scripts(
+            bounds: list[int] = []
+            for i in range(start, min(count, start + _CREATE_CHUNK)):
+                lo = first_id + i * size
+                bounds += [lo, min(last_id, lo + size - 1)]
+            got = self._run(
                 "create",
-                [k.active, k.pending, k.counts, k.meta],
-                [lo, hi, size, int(self._clock()), options_json],
+                [k.active, k.pending, k.counts, k.meta, *k.go_stats],
+                [self.record_format, now, options_json, MAX_PARTITION_ID, *bounds],
             )
-            first_pid = first_pid or int(got[0])
-            last_pid = int(got[1])
-        if last_pid > MAX_PARTITION_ID:
-            raise ValidationError("partition ids passed 2^32 - 1")
+            if as_text(got[0]) == "err":
+                if as_text(got[1]) == "pid_range":
+                    raise ValidationError(f"partition ids would reach {as_text(got[2])}, past 2^32 - 1")
+                raise ValidationError(f"partition {as_text(got[2])} already exists; is the id counter behind?")
+            first_pid = first_pid or int(got[1])
+            last_pid = int(got[2])
         return range(first_pid, last_pid + 1)
 
-    @staticmethod
-    def _options_json(options: dict[str, Any] | None) -> bytes:
-        if options is None:
-            return b"{}"
+    def _options_json(self, options: dict[str, Any] | None) -> str:
+        if options is None or options == {}:
+            return ""
         if not isinstance(options, dict):
             raise ValidationError("options must be a dict")
         try:
-            blob = orjson.dumps(options)
-        except TypeError as exc:
+            text = go_json(options) if self.record_format == "elk" else orjson.dumps(options).decode()
+        except (TypeError, ValidationError) as exc:
             raise ValidationError(f"options are not JSON-serialisable: {exc}") from None
-        if len(blob) > 16384:
+        if len(text) > 16384:
             raise ValidationError("options are larger than 16 KiB")
-        return blob
+        return text
 
     # worker side
 
     def claim(self, worker_id: str) -> PartitionInfo | None:
         """Take the lowest pending partition, or one whose holder stopped heartbeating."""
         check_worker_id(worker_id)
-        k = self.keys
-        got = self._scripts(
-            "claim",
-            [k.active, k.pending, k.leases, k.counts],
-            [worker_id, self._now_ms(), int(self.lease_timeout * 1000)],
-        )
+        got = self._claim(worker_id)
+        if as_text(got[0]) == "none" and self.keys.elk_prefix is not None and self._clock() >= self._next_sync:
+            self.sync()
+            got = self._claim(worker_id)
         if as_text(got[0]) == "none":
             return None
-        return PartitionInfo.from_json(got[1])
+        return parse_active(got[1])
+
+    def _claim(self, worker_id: str) -> Any:
+        k = self.keys
+        now_ms, now_s, now_elk = self._clock_args()
+        return self._run(
+            "claim",
+            [k.active, k.pending, k.leases, k.counts, *k.go_stats],
+            [worker_id, go_string(worker_id), now_ms, int(self.lease_timeout * 1000), now_s, now_elk],
+        )
+
+    def sync(self) -> dict[str, int]:
+        """Rebuild the pending/lease/failed indexes and the counts from the active hash.
+
+        Needed where other writers (elk_coordinator's Go workers) change the hash without
+        them. Records are read with HSCAN; an index entry added for a record that moved on in
+        the meantime is dropped by the next script that meets it. Returns the counts.
+        """
+        k = self.keys
+        pending: dict[str, int] = {}
+        failed: dict[str, int] = {}
+        leases: dict[str, int] = {}
+        counts: Counter[str] = Counter()
+        for field, raw in self.redis.hscan_iter(k.active, count=1000):
+            try:
+                part = parse_active(raw)
+            except (DecodeError, ValidationError):
+                continue
+            pid = as_text(field)
+            counts[part.status.value] += 1
+            if part.status.value == "pending":
+                pending[pid] = part.partition_id
+            elif part.status.value == "failed":
+                failed[pid] = part.partition_id
+            else:
+                leases[pid] = _heartbeat_ms(raw, part)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.delete(k.pending, k.failed, k.counts)
+        for zset, members in ((k.pending, pending), (k.failed, failed), (k.leases, leases)):
+            if members:
+                pipe.zadd(zset, members)  # type: ignore[arg-type]
+        pipe.hset(k.counts, mapping={s.value: counts.get(s.value, 0) for s in ACTIVE_STATUSES})
+        pipe.execute()
+        self._next_sync = self._clock() + _SYNC_EVERY_S
+        return {s.value: counts.get(s.value, 0) for s in ACTIVE_STATUSES}
 
     def start(self, pid: int, worker_id: str, *, expected_version: int | None = None) -> PartitionInfo:
         return self._update("start", pid, worker_id, expected_version)
@@ -140,43 +229,52 @@ class ActiveLayer:
         check_partition_id(pid)
         check_worker_id(worker_id)
         k = self.keys
-        got = self._scripts(
+        now_ms, now_s, now_elk = self._clock_args()
+        got = self._run(
             "update",
-            [k.active, k.leases, k.failed, k.counts],
-            [op, pid, worker_id, _version_arg(expected_version), self._now_ms(), error],
+            [k.active, k.leases, k.failed, k.counts, *k.go_stats],
+            [op, pid, worker_id, _version_arg(expected_version), now_ms, now_s, now_elk, go_string(error)],
         )
         _raise_for(got, pid, op)
-        return PartitionInfo.from_json(got[1])
+        return parse_active(got[1])
 
     def complete(self, pid: int, worker_id: str, *, expected_version: int | None = None) -> Completion:
         """Remove the partition from the active layer and queue it for the archiver, atomically."""
         check_partition_id(pid)
         check_worker_id(worker_id)
         k = self.keys
+        now_ms, _, now_elk = self._clock_args()
         with SDK_COMPLETE_SECONDS.time():
-            got = self._scripts(
+            got = self._run(
                 "complete",
-                [k.active, k.leases, k.counts, k.done, k.queue],
-                [pid, worker_id, _version_arg(expected_version), self._now_ms()],
+                [k.active, k.leases, k.counts, k.done, k.queue, *k.go_stats],
+                [pid, worker_id, _version_arg(expected_version), now_ms, now_elk],
             )
         if as_text(got[0]) == "already":
             return Completion(pid, already_completed=True)
         _raise_for(got, pid, "complete")
-        return Completion(pid, False, ArchivedPartition.from_json(got[1]), as_text(got[2]))
+        payload = got[1]
+        archived = (
+            ArchivedPartition.from_json(payload) if b'"completed_at"' in payload else decode_elk(payload).to_archived()
+        )
+        return Completion(pid, False, archived, as_text(got[2]))
 
     def retry_failed(self, limit: int | None = None) -> int:
         """Move failed partitions back to pending; returns how many moved."""
         if limit is not None:
             check_int("limit", limit, 1, 2**31)
         k = self.keys
+        if k.elk_prefix is not None:
+            self.sync()
         moved = 0
         while limit is None or moved < limit:
             step = 1000 if limit is None else min(1000, limit - moved)
-            n = int(
-                self._scripts("retry_failed", [k.active, k.failed, k.pending, k.counts], [int(self._clock()), step])
-            )
+            _, now_s, now_elk = self._clock_args()
+            keys = [k.active, k.failed, k.pending, k.counts, *k.go_stats]
+            got = self._run("retry_failed", keys, [now_s, now_elk, step])
+            n, looked = int(got[0]), int(got[1])
             moved += n
-            if n < step:
+            if looked < step or n == 0:
                 break
         return moved
 
@@ -185,12 +283,22 @@ class ActiveLayer:
     def get(self, pid: int) -> PartitionInfo | None:
         check_partition_id(pid)
         raw = self.redis.hget(self.keys.active, str(pid))
-        return None if raw is None else PartitionInfo.from_json(raw)  # type: ignore[arg-type]
+        return None if raw is None else parse_active(raw)  # type: ignore[arg-type]
+
+    def _parse_listed(self, raw: bytes) -> PartitionInfo | None:
+        """A listed record, or None (counted in ``skipped_records``) if it cannot be read, as Go's
+        listing calls skip a record they reject instead of failing the whole listing."""
+        try:
+            return parse_active(raw)
+        except (DecodeError, ValidationError):
+            self.skipped_records += 1
+            return None
 
     def all_active(self) -> list[PartitionInfo]:
-        """Every active partition, ordered by pid. Reads only the active hash."""
+        """Every readable active partition, ordered by pid. Reads only the active hash."""
         raw = self.redis.hgetall(self.keys.active)
-        records = [PartitionInfo.from_json(v) for v in raw.values()]  # type: ignore[union-attr]
+        values: Any = raw.values()  # type: ignore[union-attr]
+        records = [p for v in values if (p := self._parse_listed(v)) is not None]
         return sorted(records, key=lambda r: r.partition_id)
 
     get_all_active = all_active
@@ -221,9 +329,9 @@ class ActiveLayer:
                 return chosen, None
             records: Any = self.redis.hmget(self.keys.active, [str(p) for p in pids])
             for raw_record in records:
-                if raw_record is None:
+                part = None if raw_record is None else self._parse_listed(raw_record)
+                if part is None:
                     continue
-                part = PartitionInfo.from_json(raw_record)
                 if status is None or part.status.value == status:
                     chosen.append(part)
                     if len(chosen) == limit:
@@ -234,9 +342,13 @@ class ActiveLayer:
     def iter_active(self, batch: int = 1000) -> Iterator[PartitionInfo]:
         """Every active partition, in no particular order, without loading them all at once."""
         for _, raw in self.redis.hscan_iter(self.keys.active, count=batch):
-            yield PartitionInfo.from_json(raw)
+            if (part := self._parse_listed(raw)) is not None:
+                yield part
 
     def counts(self) -> dict[str, int]:
+        """Active partitions per status (recounted from the hash in a namespace bound to Go's)."""
+        if self.keys.elk_prefix is not None:
+            return self.sync()
         raw = self.redis.hgetall(self.keys.counts)
         got = {as_text(k): int(v) for k, v in raw.items()}  # type: ignore[union-attr]
         return {s.value: got.get(s.value, 0) for s in ACTIVE_STATUSES}
@@ -250,6 +362,13 @@ class ActiveLayer:
         return bool(self.redis.getbit(self.keys.done, pid))
 
 
+def _heartbeat_ms(raw: bytes, part: PartitionInfo) -> int:
+    """A leased record's last heartbeat in unix ms (Go records keep sub-second precision)."""
+    if b'"claimed_at"' in raw:
+        return part.last_heartbeat * 1000
+    return decode_elk(raw).last_heartbeat.unix_ms
+
+
 def _version_arg(expected: int | None) -> str:
     if expected is None:
         return ""
@@ -260,6 +379,8 @@ def _raise_for(reply: list[Any], pid: int, op: str) -> None:
     if as_text(reply[0]) == "ok":
         return
     code, detail = as_text(reply[1]), as_text(reply[2])
+    if code == "corrupt":
+        raise DecodeError(f"the stored record of partition {pid} is corrupt")
     if code == "not_found":
         raise PartitionNotFound(f"partition {pid} is not active")
     if code == "not_owner":

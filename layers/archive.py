@@ -6,7 +6,10 @@ compressed  records wait in a per-batch staging hash, then are sealed into one f
 summary     as compressed, and each batch expires ``retention`` after its newest completion
 
 Writing a partition is two idempotent steps: its detail (simple hash or staging), then the
-commit (index bit, total, tier, acknowledgement). A crash between them redelivers the entry
+commit (index bit, total, tier, acknowledgement). A partition that came from elk_coordinator
+(or was completed in a namespace writing Go's format) keeps its whole Go record as its detail
+in the simple hash and staging, so it can be given back byte for byte; sealed batches keep the
+archived fields only. A crash between them redelivers the entry
 and the detail is written again with the same value.
 """
 
@@ -22,6 +25,7 @@ from typing import Any
 import redis
 
 from codec import ArchivedPartition, DecodeError, ValidationError, decode_blob, encode_blob
+from codec.elk import ElkRecord, as_archived, parse_archived
 from layers.keys import ARCHIVER_GROUP, KeySchema
 from layers.replies import as_text
 from layers.scripts import Scripts
@@ -74,7 +78,7 @@ class ArchiveLayer:
         self.write_detail([part for _, part in entries])
         return self.commit_deduplicated(entries, lambda parts: ([], []))
 
-    def write_detail(self, parts: Sequence[ArchivedPartition]) -> Tier:
+    def write_detail(self, parts: Sequence[ArchivedPartition | ElkRecord]) -> Tier:
         """Store the records in the current tier (idempotent); returns that tier."""
         if not parts:
             return self.tier()
@@ -137,7 +141,7 @@ class ArchiveLayer:
             already.update(result)
         raise RuntimeError("commit kept finding new duplicates; is another archiver misconfigured?")
 
-    def stage(self, parts: Sequence[ArchivedPartition]) -> set[int]:
+    def stage(self, parts: Sequence[ArchivedPartition | ElkRecord]) -> set[int]:
         """Put records in their batches' staging hashes; returns the batch numbers touched."""
         by_batch: dict[int, dict[str, bytes]] = defaultdict(dict)
         for part in parts:
@@ -149,6 +153,36 @@ class ArchiveLayer:
         pipe.zadd(self.keys.open_batches, {str(b): now_ms for b in by_batch})
         pipe.execute()
         return set(by_batch)
+
+    def write_simple(self, records: dict[int, bytes]) -> None:
+        """Put records (already-encoded JSON, either format) into the simple hash as they are."""
+        if records:
+            self.check_batch_size()
+            self.redis.hset(self.keys.completed, mapping={str(pid): raw for pid, raw in records.items()})  # type: ignore[arg-type]
+
+    def seal_all(self) -> int:
+        """Seal every batch with staged records, in batch order (the end of a bulk import)."""
+        sealed = 0
+        tier = self.tier()
+        while raw := self._open_batches(1000):
+            numbers = sorted(int(b) for b in raw)
+            sealed += sum(self.seal(b, tier) for b in numbers)
+        return sealed
+
+    def _open_batches(self, limit: int) -> list[bytes]:
+        raw: Any = self.redis.zrange(self.keys.open_batches, 0, limit - 1)
+        return list(raw)
+
+    def indexed(self, pids: Sequence[int]) -> list[bool]:
+        """Whether each partition's index bit is set (one BITFIELD per 1,000 pids)."""
+        out: list[bool] = []
+        for start in range(0, len(pids), 1000):
+            field = self.redis.bitfield(self.keys.index)
+            for pid in pids[start : start + 1000]:
+                field.get("u1", pid)
+            bits: Any = field.execute()
+            out += [bool(b) for b in bits]
+        return out
 
     def seal_full(self, batches: set[int], tier: Tier | None = None) -> int:
         """Seal the batches whose staging holds every partition of the batch."""
@@ -188,7 +222,7 @@ class ArchiveLayer:
             staged_json_bytes = 0
             for field, raw in staged.items():
                 try:
-                    part = ArchivedPartition.from_json(raw)
+                    part = as_archived(parse_archived(raw))
                 except DecodeError as exc:
                     self._dead_letter(f"stage:{batch_no}:{as_text(field)}", f"corrupt staged record: {exc}", raw)
                     continue

@@ -17,3 +17,7 @@ class InvalidTransition(PartArchiveError):
 
 class VersionConflict(PartArchiveError):
     """The partition changed since the version the caller expected."""
+
+
+class WrongKeyType(PartArchiveError):
+    """A key partarchive needs holds another Redis type (tampered or foreign data); names the key."""

@@ -1,9 +1,16 @@
-"""The one place that spells Redis key names.
+"""The one place that spells Redis key names, partarchive's and elk_coordinator's.
 
 With the default namespace ``elk`` the names are the original ones: ``elk_partitions``,
 ``elk_completed``, ``elk_completed:index``, ``elk_completed:batch:{n}``. In cluster mode the
 namespace is wrapped in a hash tag (``{elk}_partitions``) for every key that a script touches
 together with others, so they share a slot; batch keys stay untagged to spread over slots.
+
+A namespace can be bound to an elk_coordinator deployment by its ``KeyPrefix`` option
+(``elk_prefix``; configured, never guessed). Go's keys are ``"elk:" + KeyPrefix + name`` with
+no separator added (`ElkKeys`); the active hash is then Go's own ``elk_partitions`` and every
+key of ours goes under the same prefix (``elk:my-app:elk_completed`` ...). Go's keys carry no
+hash tag of ours: on Redis Cluster a bound namespace needs a ``{tag}`` inside KeyPrefix (Go's
+own multi-key scripts need it too), otherwise it is refused.
 """
 
 from __future__ import annotations
@@ -14,32 +21,125 @@ from dataclasses import dataclass
 from codec.errors import ValidationError
 
 ARCHIVER_GROUP = "archivers"
-_NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+_ELK_PREFIX_RE = re.compile(r"^[\x21-\x7e]{0,128}$")
+_HASH_TAG_RE = re.compile(r"\{[^}]+\}")
 
 
 def check_namespace(namespace: str) -> str:
     if not isinstance(namespace, str) or not _NAMESPACE_RE.match(namespace):
-        raise ValidationError(f"namespace must be 1-64 characters of letters, digits, '_', '.', '-': {namespace!r}")
+        raise ValidationError(
+            f"namespace must be 1-64 characters of letters, digits, '_', '.', ':', '-': {namespace!r}"
+        )
     return namespace
+
+
+def check_elk_prefix(prefix: str) -> str:
+    """Go's KeyPrefix option: printable ASCII without spaces, up to 128 characters, may be empty."""
+    if not isinstance(prefix, str) or not _ELK_PREFIX_RE.match(prefix) or "*" in prefix or "?" in prefix:
+        raise ValidationError(f"elk_coordinator KeyPrefix must be printable ASCII without spaces or globs: {prefix!r}")
+    return prefix
+
+
+@dataclass(frozen=True, slots=True)
+class ElkKeys:
+    """elk_coordinator's key families under one KeyPrefix (FORMAT.md, "Key names")."""
+
+    key_prefix: str
+
+    def __post_init__(self) -> None:
+        check_elk_prefix(self.key_prefix)
+
+    @property
+    def base(self) -> str:
+        return f"elk:{self.key_prefix}"
+
+    @property
+    def partitions(self) -> str:
+        """Hash pid -> PartitionInfo JSON: Go's active hash."""
+        return f"{self.base}elk_partitions"
+
+    @property
+    def archived(self) -> str:
+        """Hash pid -> completed PartitionInfo JSON."""
+        return f"{self.base}elk_archived"
+
+    @property
+    def compressed(self) -> str:
+        """Hash batch name -> CompressedBatch JSON (gzip'd binary records)."""
+        return f"{self.base}elk_compressed_archive"
+
+    @property
+    def stats(self) -> str:
+        """Hash of eight counters (total, pending, ..., max_partition_id, last_allocated_id)."""
+        return f"{self.base}elk_partition_stats"
+
+    @property
+    def workers(self) -> str:
+        """Sorted set of WorkerInfo JSON by register time; batches number workers by position."""
+        return f"{self.base}workers"
+
+    def heartbeat(self, worker_id: str) -> str:
+        return f"{self.base}heartbeat:{worker_id}"
+
+    @staticmethod
+    def prefix_of(active_hash_key: str) -> str | None:
+        """The KeyPrefix of a key named ``elk:<prefix>elk_partitions``, or None."""
+        if key_matches := re.fullmatch(r"elk:(.*)elk_partitions", active_hash_key, re.DOTALL):
+            return key_matches.group(1)
+        return None
+
+    SCAN_PATTERN = "elk:*elk_partitions"
 
 
 @dataclass(frozen=True, slots=True)
 class KeySchema:
     namespace: str = "elk"
     cluster: bool = False
+    elk_prefix: str | None = None
 
     def __post_init__(self) -> None:
         check_namespace(self.namespace)
+        if self.elk_prefix is not None:
+            check_elk_prefix(self.elk_prefix)
+            if self.cluster and not _HASH_TAG_RE.search(self.elk_prefix):
+                raise ValidationError(
+                    f"elk_coordinator KeyPrefix {self.elk_prefix!r} has no {{hash tag}}: its keys spread over "
+                    "cluster slots, so neither Go's scripts nor partarchive's can run on Redis Cluster"
+                )
+
+    @classmethod
+    def of(cls, namespace: str | KeySchema, cluster: bool = False, elk_prefix: str | None = None) -> KeySchema:
+        """``namespace`` as a schema: a `KeySchema` passes through, a name is built into one."""
+        return namespace if isinstance(namespace, KeySchema) else cls(namespace, cluster, elk_prefix)
+
+    @property
+    def elk(self) -> ElkKeys | None:
+        """Go's keys when this namespace is bound to an elk_coordinator deployment."""
+        return None if self.elk_prefix is None else ElkKeys(self.elk_prefix)
 
     @property
     def _tagged(self) -> str:
+        if self.elk_prefix is not None:
+            return f"elk:{self.elk_prefix}{self.namespace}"
         return f"{{{self.namespace}}}" if self.cluster else self.namespace
+
+    @property
+    def _untagged(self) -> str:
+        return self.namespace if self.elk_prefix is None else self._tagged
 
     # active layer
     @property
     def active(self) -> str:
-        """Hash pid -> PartitionInfo JSON: only unfinished partitions."""
+        """Hash pid -> PartitionInfo JSON: only unfinished partitions (Go's own hash when bound)."""
+        if self.elk_prefix is not None:
+            return ElkKeys(self.elk_prefix).partitions
         return f"{self._tagged}_partitions"
+
+    @property
+    def go_stats(self) -> list[str]:
+        """Go's counters hash as an optional trailing script key (empty when not bound)."""
+        return [] if self.elk_prefix is None else [ElkKeys(self.elk_prefix).stats]
 
     @property
     def pending(self) -> str:
@@ -104,19 +204,19 @@ class KeySchema:
         return f"{self._tagged}_completed:open"
 
     def _batch_part(self, batch_no: int) -> str:
-        return f"{{{batch_no}}}" if self.cluster else str(batch_no)
+        return f"{{{batch_no}}}" if self.cluster and self.elk_prefix is None else str(batch_no)
 
     def batch(self, batch_no: int) -> str:
         """String: the sealed, encoded batch. In cluster mode tagged by batch number (not namespace)."""
-        return f"{self.namespace}_completed:batch:{self._batch_part(batch_no)}"
+        return f"{self._untagged}_completed:batch:{self._batch_part(batch_no)}"
 
     def quarantine(self, batch_no: int) -> str:
         """String: a batch blob that failed to decode, kept aside when the batch is re-sealed."""
-        return f"{self.namespace}_completed:corrupt:{self._batch_part(batch_no)}"
+        return f"{self._untagged}_completed:corrupt:{self._batch_part(batch_no)}"
 
     def staging(self, batch_no: int) -> str:
         """Hash pid -> archived JSON of a batch not sealed yet; same slot as `batch`."""
-        return f"{self.namespace}_completed:stage:{self._batch_part(batch_no)}"
+        return f"{self._untagged}_completed:stage:{self._batch_part(batch_no)}"
 
     @property
     def workers(self) -> str:
@@ -152,7 +252,18 @@ class KeySchema:
         """Hash: range width in use, last consistency check (time, result, differences)."""
         return f"{self._tagged}_stats:meta"
 
+    # imports from elk_coordinator
+    @property
+    def migrate_rejects(self) -> str:
+        """Hash ``source:field`` -> reason: records an import could not represent (left in place)."""
+        return f"{self._tagged}_migrate:rejects"
+
+    @property
+    def migrate_flags(self) -> str:
+        """Hash pid -> why its worker is uncertain (imported with a placeholder worker)."""
+        return f"{self._tagged}_migrate:flags"
+
     def patterns(self) -> list[str]:
         """SCAN patterns that match every key of this namespace (for tests and cleanup)."""
-        tagged = self._tagged.replace("{", "\\{").replace("}", "\\}")
-        return sorted({f"{tagged}_*", f"{self.namespace}_*"})
+        escape = str.maketrans({c: f"\\{c}" for c in "{}[]*?\\"})
+        return sorted({f"{self._tagged.translate(escape)}_*", f"{self._untagged.translate(escape)}_*"})

@@ -15,6 +15,7 @@ from collections import defaultdict
 from typing import Any
 
 from codec import ArchivedPartition, DecodeError
+from codec.elk import ElkRecord, as_archived, parse_archived
 from layers.archive import ArchiveLayer
 from layers.replies import as_text
 from layers.tiers import Tier
@@ -37,14 +38,16 @@ def _move_simple_chunk(archive: ArchiveLayer, tier: Tier) -> int:
     raw = reply[1]
     if not raw:
         return 0
-    parts: list[ArchivedPartition] = []
+    parts: list[ArchivedPartition | ElkRecord] = []
     corrupt: list[tuple[Any, Any]] = []
     for field, value in raw.items():
         try:
-            parts.append(ArchivedPartition.from_json(value))
+            rec = parse_archived(value)
+            as_archived(rec)
+            parts.append(rec)
         except DecodeError:
             corrupt.append((field, value))
-    by_batch: dict[int, list[ArchivedPartition]] = defaultdict(list)
+    by_batch: dict[int, list[ArchivedPartition | ElkRecord]] = defaultdict(list)
     for part in parts:
         by_batch[policy.batch_of(part.partition_id)].append(part)
     archive.stage(parts)

@@ -19,6 +19,7 @@ from typing import Any
 import redis
 
 from codec import ArchivedPartition, DecodeError
+from codec.elk import as_archived, parse_archived
 from layers import ArchiveLayer, KeySchema, TierPolicy
 from layers.replies import as_text
 from stats.reader import StatsReader
@@ -81,15 +82,15 @@ class StatsChecker:
     def __init__(
         self,
         redis_client: redis.Redis,
-        namespace: str = "elk",
+        namespace: str | KeySchema = "elk",
         *,
         cluster: bool = False,
         policy: TierPolicy | None = None,
     ) -> None:
         self.redis = redis_client
-        self.keys = KeySchema(namespace, cluster)
+        self.keys = KeySchema.of(namespace, cluster)
         self.archive = ArchiveLayer(redis_client, self.keys, policy)
-        self.reader = StatsReader(redis_client, namespace, cluster=cluster)
+        self.reader = StatsReader(redis_client, self.keys)
 
     def _index(self) -> bytes:
         raw = self.redis.get(self.keys.index)
@@ -131,7 +132,7 @@ class StatsChecker:
 
     def _keep(self, found: dict[int, ArchivedPartition], raw: bytes, index: bytes) -> None:
         try:
-            part = ArchivedPartition.from_json(raw)
+            part = as_archived(parse_archived(raw))
         except DecodeError:
             return
         if self._bit(index, part.partition_id):

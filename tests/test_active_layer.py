@@ -225,7 +225,7 @@ def test_bad_worker_ids_are_rejected(
 
 @pytest.mark.parametrize(
     "args",
-    [(10, 1, 5), (1, 10, 0), (-1, 10, 1), (1, 2**53 + 1, 1), (1, 10**9, 1), ("1", 10, 1), (1, 10, 1.5)],
+    [(10, 1, 5), (1, 10, 0), (-(2**63) - 1, 10, 1), (1, 2**63, 1), (1, 10**9, 1), ("1", 10, 1), (1, 10, 1.5)],
 )
 def test_bad_create_arguments(layer: ActiveLayer, args: tuple[object, object, object]) -> None:
     with pytest.raises(ValidationError):
@@ -251,7 +251,7 @@ def test_bad_error_text_and_options(layer: ActiveLayer) -> None:
 
 
 def test_bad_namespace_and_lease(any_redis: redis.Redis) -> None:
-    for ns in ("", "a b", "x" * 65, "{elk}", "a:b"):
+    for ns in ("", "a b", "x" * 65, "{elk}", "a*b"):
         with pytest.raises(ValidationError):
             ActiveLayer(any_redis, ns)
     with pytest.raises(ValidationError):

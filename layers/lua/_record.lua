@@ -1,57 +1,332 @@
 -- Shared helpers, prepended to every script by layers/scripts.py (not a script of its own).
 --
--- The record JSON is rebuilt here field by field instead of with cjson.encode, because
--- cjson prints numbers with 14 significant digits and would corrupt ids above 10^14.
--- `options` is kept byte for byte: the encoder always writes it last, and an unescaped
--- `,"options":` can only be the structural key (quotes inside strings are escaped).
+-- A record is handled as its top-level JSON members, each kept as raw text, and never goes
+-- through cjson.encode: cjson prints numbers with 14 significant digits (ids are signed
+-- 64-bit) and would reorder Go's members. Two record formats share an active hash:
+--   native  partarchive's own: integer Unix-second times, a claimed_at, options last
+--   elk     elk_coordinator's PartitionInfo: RFC 3339 string times, Go's member order,
+--           options and error left out when empty, version from 1
+-- and a record's format is told by its times. Values the caller sets arrive as JSON text
+-- (strings escaped the way Go escapes them), so a Go decoder accepts everything written here.
 
-local function int(v)
-  return string.format('%.0f', tonumber(v))
-end
+local ZERO_TIME = '"0001-01-01T00:00:00Z"'
+local NATIVE_ORDER = {'partition_id', 'min_id', 'max_id', 'status', 'worker_id', 'version', 'error',
+                      'created_at', 'updated_at', 'last_heartbeat', 'claimed_at', 'options'}
+local NATIVE_DEFAULT = {version = '0', error = '""', created_at = '0', updated_at = '0',
+                        last_heartbeat = '0', claimed_at = '0', options = '{}', worker_id = '""'}
+local ELK_ORDER = {'partition_id', 'min_id', 'max_id', 'worker_id', 'last_heartbeat', 'status',
+                   'updated_at', 'options', 'version', 'error', 'created_at'}
+local ELK_DEFAULT = {worker_id = '""', last_heartbeat = ZERO_TIME, updated_at = ZERO_TIME,
+                     version = '0', created_at = ZERO_TIME}
 
-local function raw_options(raw)
-  local pos = string.find(raw, ',"options":', 1, true)
-  if not pos then
-    return '{}'
+local function scan_string(s, i)
+  local j = i + 1
+  while true do
+    local k = string.find(s, '["\\]', j)
+    if not k then
+      return nil
+    end
+    if string.sub(s, k, k) == '"' then
+      return k
+    end
+    j = k + 2
   end
-  return string.sub(raw, pos + 11, -2)
 end
 
-local function encode_record(r, options)
-  return '{"partition_id":' .. int(r.partition_id)
-    .. ',"min_id":' .. int(r.min_id)
-    .. ',"max_id":' .. int(r.max_id)
-    .. ',"status":' .. cjson.encode(r.status)
-    .. ',"worker_id":' .. cjson.encode(r.worker_id)
-    .. ',"version":' .. int(r.version or 0)
-    .. ',"error":' .. cjson.encode(r.error or '')
-    .. ',"created_at":' .. int(r.created_at or 0)
-    .. ',"updated_at":' .. int(r.updated_at or 0)
-    .. ',"last_heartbeat":' .. int(r.last_heartbeat or 0)
-    .. ',"claimed_at":' .. int(r.claimed_at or 0)
-    .. ',"options":' .. options .. '}'
+local function scan_value(s, i)
+  local c = string.sub(s, i, i)
+  if c == '"' then
+    return scan_string(s, i)
+  end
+  if c == '{' or c == '[' then
+    local depth, j = 0, i
+    while true do
+      local k = string.find(s, '[%[%]{}"]', j)
+      if not k then
+        return nil
+      end
+      local ch = string.sub(s, k, k)
+      if ch == '"' then
+        k = scan_string(s, k)
+        if not k then
+          return nil
+        end
+      elseif ch == '{' or ch == '[' then
+        depth = depth + 1
+      else
+        depth = depth - 1
+        if depth == 0 then
+          return k
+        end
+      end
+      j = k + 1
+    end
+  end
+  local _, e = string.find(s, '^[%w%.%+%-]+', i)
+  return e
+end
+
+-- {order = member names in order, raw = name -> value text, key = name -> key text}, or nil.
+local function parse_object(s)
+  if type(s) ~= 'string' then
+    return nil
+  end
+  local obj = {order = {}, raw = {}, key = {}}
+  local i = string.find(s, '%S')
+  if not i or string.sub(s, i, i) ~= '{' then
+    return nil
+  end
+  i = string.find(s, '%S', i + 1)
+  if i and string.sub(s, i, i) == '}' then
+    return obj
+  end
+  while i do
+    if string.sub(s, i, i) ~= '"' then
+      return nil
+    end
+    local kend = scan_string(s, i)
+    if not kend then
+      return nil
+    end
+    local keytext = string.sub(s, i, kend)
+    local name = string.sub(s, i + 1, kend - 1)
+    if string.find(name, '\\', 1, true) then
+      local ok, decoded = pcall(cjson.decode, keytext)
+      if not ok then
+        return nil
+      end
+      name = decoded
+    end
+    i = string.find(s, '%S', kend + 1)
+    if not i or string.sub(s, i, i) ~= ':' then
+      return nil
+    end
+    i = string.find(s, '%S', i + 1)
+    if not i then
+      return nil
+    end
+    local vend = scan_value(s, i)
+    if not vend then
+      return nil
+    end
+    if obj.raw[name] == nil then
+      table.insert(obj.order, name)
+    end
+    obj.raw[name] = string.sub(s, i, vend)
+    obj.key[name] = keytext
+    i = string.find(s, '%S', vend + 1)
+    if not i then
+      return nil
+    end
+    local c = string.sub(s, i, i)
+    if c == '}' then
+      return obj
+    end
+    if c ~= ',' then
+      return nil
+    end
+    i = string.find(s, '%S', i + 1)
+  end
+  return nil
+end
+
+local function json_text(raw)
+  if raw == nil or raw == 'null' then
+    return ''
+  end
+  if string.sub(raw, 1, 1) ~= '"' then
+    return nil
+  end
+  if not string.find(raw, '\\', 1, true) then
+    return string.sub(raw, 2, -2)
+  end
+  local ok, text = pcall(cjson.decode, raw)
+  if ok and type(text) == 'string' then
+    return text
+  end
+  return nil
+end
+
+local function is_int(raw)
+  return raw ~= nil and string.find(raw, '^%-?%d+$') ~= nil
 end
 
 local function is_leased(status)
   return status == 'claimed' or status == 'running'
 end
 
--- The record of a claimed/running partition held by `worker`, at version `expected` ('' = any).
--- Returns raw JSON and the decoded record, or nil and the error reply for the caller to return.
-local function load_owned(hash, pid, worker, expected)
+-- The record stored in field `pid` of `hash`, decoded, or nil and the reason.
+-- rec.fmt is 'native' or 'elk'; rec.status, rec.worker, rec.version are decoded.
+local function load_record(hash, pid)
   local raw = redis.call('HGET', hash, pid)
   if not raw then
-    return nil, {'err', 'not_found', ''}
+    return nil, 'not_found'
   end
-  local rec = cjson.decode(raw)
+  local rec = parse_object(raw)
+  if not rec then
+    return nil, 'corrupt'
+  end
+  local times = rec.raw.updated_at or rec.raw.created_at or ''
+  rec.fmt = (string.sub(times, 1, 1) == '"' or rec.raw.claimed_at == nil) and 'elk' or 'native'
+  rec.status = json_text(rec.raw.status)
+  rec.worker = json_text(rec.raw.worker_id)
+  local version = rec.raw.version or (rec.fmt == 'elk' and '0' or nil)
+  if not (rec.status and rec.worker and is_int(rec.raw.partition_id) and is_int(rec.raw.min_id)
+          and is_int(rec.raw.max_id) and is_int(version)) then
+    return nil, 'corrupt'
+  end
+  rec.version = tonumber(version)
+  return rec
+end
+
+local function set(rec, name, text)
+  rec.raw[name] = text
+end
+
+local function bump_version(rec)
+  set(rec, 'version', string.format('%.0f', rec.version + 1))
+end
+
+local function empty_json(raw)
+  return raw == nil or raw == 'null' or raw == '""' or string.find(raw, '^{%s*}$') ~= nil
+end
+
+local function encode_record(rec)
+  local out = {}
+  if rec.fmt == 'native' then
+    for _, name in ipairs(NATIVE_ORDER) do
+      out[#out + 1] = '"' .. name .. '":' .. (rec.raw[name] or NATIVE_DEFAULT[name])
+    end
+  else
+    for _, name in ipairs(ELK_ORDER) do
+      local v = rec.raw[name] or ELK_DEFAULT[name]
+      if v == 'null' and ELK_DEFAULT[name] then
+        v = ELK_DEFAULT[name]
+      end
+      if not ((name == 'options' or name == 'error') and empty_json(v)) then
+        out[#out + 1] = '"' .. name .. '":' .. v
+      end
+    end
+  end
+  return '{' .. table.concat(out, ',') .. '}'
+end
+
+-- `options` with member `name` set to JSON text `value` (nil removes it); keys stay sorted
+-- byte-wise, as Go writes maps. Returns nil if the options are not an object.
+local function with_option(options, name, value)
+  local obj = {order = {}, raw = {}, key = {}}
+  if not empty_json(options) then
+    obj = parse_object(options)
+    if not obj then
+      return nil
+    end
+  end
+  if obj.raw[name] == nil and value ~= nil then
+    table.insert(obj.order, name)
+    table.sort(obj.order)
+    obj.key[name] = cjson.encode(name)
+  end
+  obj.raw[name] = value
+  local out = {}
+  for _, k in ipairs(obj.order) do
+    if obj.raw[k] ~= nil then
+      out[#out + 1] = obj.key[k] .. ':' .. obj.raw[k]
+    end
+  end
+  return '{' .. table.concat(out, ',') .. '}'
+end
+
+-- Unix ms of an RFC 3339 JSON string (Go's times), or nil.
+local function rfc3339_ms(raw)
+  local y, mo, d, h, mi, s, frac, zone = string.match(raw or '',
+    '^"(%d%d%d%d)%-(%d%d)%-(%d%d)T(%d%d):(%d%d):(%d%d)(%.?%d*)(.-)"$')
+  if not y then
+    return nil
+  end
+  local offset = 0
+  if zone ~= 'Z' then
+    local sign, oh, om = string.match(zone, '^([+-])(%d%d):(%d%d)$')
+    if not sign then
+      return nil
+    end
+    offset = (tonumber(oh) * 3600 + tonumber(om) * 60) * (sign == '-' and -1 or 1)
+  end
+  y, mo, d = tonumber(y), tonumber(mo), tonumber(d)
+  if mo <= 2 then
+    y = y - 1
+  end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local mp = mo > 2 and mo - 3 or mo + 9
+  local doy = math.floor((153 * mp + 2) / 5) + d - 1
+  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
+  local days = era * 146097 + doe - 719468
+  local seconds = days * 86400 + tonumber(h) * 3600 + tonumber(mi) * 60 + tonumber(s) - offset
+  local ms = 0
+  if #frac > 1 then
+    ms = math.floor(tonumber('0' .. frac) * 1000)
+  end
+  return seconds * 1000 + ms
+end
+
+-- Heartbeat of a leased record in Unix ms (native: whole seconds).
+local function heartbeat_ms(rec)
+  if rec.fmt == 'elk' then
+    return rfc3339_ms(rec.raw.last_heartbeat) or 0
+  end
+  return (tonumber(rec.raw.last_heartbeat) or 0) * 1000
+end
+
+-- "now" as the record's format writes it: clock = {s = unix seconds, elk = RFC 3339 JSON text}.
+local function now_text(rec, clock)
+  return rec.fmt == 'elk' and clock.elk or clock.s
+end
+
+-- The claimed/running record of `pid` held by `worker`, at version `expected` ('' = any), or
+-- nil and the error reply for the caller to return.
+local function load_owned(hash, pid, worker, expected)
+  local rec, why = load_record(hash, pid)
+  if not rec then
+    return nil, {'err', why, ''}
+  end
   if not is_leased(rec.status) then
     return nil, {'err', 'bad_state', rec.status}
   end
-  if rec.worker_id ~= worker then
-    return nil, {'err', 'not_owner', rec.worker_id}
+  if rec.worker ~= worker then
+    return nil, {'err', 'not_owner', rec.worker}
   end
   if expected ~= '' and tonumber(expected) ~= rec.version then
-    return nil, {'err', 'version', int(rec.version)}
+    return nil, {'err', 'version', string.format('%.0f', rec.version)}
   end
-  return raw, rec
+  return rec
+end
+
+-- nil if every key is of its kind or absent, else the error reply naming the first that is not.
+-- Run before the first write, so a foreign key of the wrong type cannot leave half a change.
+local function wrong_type(kinds)
+  for i, kind in ipairs(kinds) do
+    if KEYS[i] then
+      local actual = redis.call('TYPE', KEYS[i]).ok
+      if actual ~= 'none' and actual ~= kind then
+        return {'err', 'wrong_type', KEYS[i] .. ' is a ' .. actual .. ', not a ' .. kind}
+      end
+    end
+  end
+  return nil
+end
+
+-- elk_coordinator's own status counters (elk_partition_stats), moved as Go moves them. A
+-- counter Go left unreadable (it writes some with %.14g) is left alone: Go reads it as 0.
+local function go_stats_move(key, from, to)
+  if not key then
+    return
+  end
+  for field, delta in pairs({[from or ''] = -1, [to or ''] = 1}) do
+    if field ~= '' then
+      local v = redis.call('HGET', key, field)
+      if not v or string.find(v, '^%-?%d+$') then
+        redis.call('HINCRBY', key, field, delta)
+      end
+    end
+  end
 end

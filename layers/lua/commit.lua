@@ -6,7 +6,7 @@
 -- KEYS[1] index bitmap   KEYS[2] archive queue   KEYS[3] archive meta hash
 -- KEYS[4..] statistics hashes (the ops below address them by position in KEYS)
 -- ARGV[1] consumer group   ARGV[2] compressed_from   ARGV[3] summary_above
--- ARGV[4] n, then n pairs: entry id, pid                  (counted entries)
+-- ARGV[4] n, then n pairs: entry id ('-' = none: an import), pid   (counted entries)
 -- then m, then m entry ids                                 (ack-only entries)
 -- then quads until the end: key index, op, field, value    (op: '+' HINCRBY, '<' keep min, '>' keep max)
 -- Returns {'dup', pid...} or {'ok', total archived, tier, n}.
@@ -27,14 +27,18 @@ for i = 5, 4 + 2 * n, 2 do
   local pid = ARGV[i + 1]
   redis.call('SETBIT', KEYS[1], pid, 1)
   max_pid = math.max(max_pid, tonumber(pid))
-  redis.call('XACK', KEYS[2], ARGV[1], ARGV[i])
-  redis.call('XDEL', KEYS[2], ARGV[i])
+  if ARGV[i] ~= '-' then
+    redis.call('XACK', KEYS[2], ARGV[1], ARGV[i])
+    redis.call('XDEL', KEYS[2], ARGV[i])
+  end
 end
 local pos = 5 + 2 * n
 local m = tonumber(ARGV[pos])
 for i = pos + 1, pos + m do
-  redis.call('XACK', KEYS[2], ARGV[1], ARGV[i])
-  redis.call('XDEL', KEYS[2], ARGV[i])
+  if ARGV[i] ~= '-' then
+    redis.call('XACK', KEYS[2], ARGV[1], ARGV[i])
+    redis.call('XDEL', KEYS[2], ARGV[i])
+  end
 end
 for i = pos + m + 1, #ARGV, 4 do
   local key, op, field, value = KEYS[tonumber(ARGV[i])], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]

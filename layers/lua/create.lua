@@ -1,22 +1,56 @@
--- Create partitions for an ID range, numbered after the highest partition ever created.
+-- Create partitions numbered after the highest partition id ever created, all or nothing.
 -- KEYS[1] active hash      KEYS[2] pending zset     KEYS[3] counts hash    KEYS[4] meta hash
--- ARGV[1] first_id         ARGV[2] last_id          ARGV[3] size           ARGV[4] now (unix s)
--- ARGV[5] options JSON (object, copied into every record)
--- Returns {first_pid, last_pid} of the partitions created.
-local first_id, last_id, size = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local count = math.floor((last_id - first_id) / size) + 1
-local last_pid = redis.call('HINCRBY', KEYS[4], 'last_pid', count)
-local first_pid = last_pid - count + 1
-local now = ARGV[4]
-for i = 0, count - 1 do
-  local pid = first_pid + i
-  local lo = first_id + i * size
-  local hi = math.min(lo + size - 1, last_id)
-  local rec = {partition_id = pid, min_id = lo, max_id = hi, status = 'pending', worker_id = '',
-               version = 0, error = '', created_at = now, updated_at = now, last_heartbeat = 0,
-               claimed_at = 0}
-  redis.call('HSET', KEYS[1], int(pid), encode_record(rec, ARGV[5]))
-  redis.call('ZADD', KEYS[2], pid, int(pid))
+-- KEYS[5] elk_coordinator's stats hash (only when the namespace is bound to a Go deployment)
+-- ARGV[1] record format ('native' | 'elk')   ARGV[2] now as the format writes it (JSON text)
+-- ARGV[3] options as JSON text ('' = none)   ARGV[4] highest partition id allowed
+-- ARGV[5..] min_id, max_id of each partition (decimal text: ids are signed 64-bit)
+-- Returns {'ok', first_pid, last_pid} or {'err', 'pid_range', last pid it would reach}.
+-- Ids go on from the larger of our counter and Go's max_partition_id, so partitions created by
+-- an elk_coordinator leader and by partarchive never share an id.
+local bad_type = wrong_type({'hash', 'zset', 'hash', 'hash', 'hash'})
+if bad_type then
+  return bad_type
 end
+local count = (#ARGV - 4) / 2
+local last = tonumber(redis.call('HGET', KEYS[4], 'last_pid') or '0') or 0
+if KEYS[5] then
+  last = math.max(last, tonumber(redis.call('HGET', KEYS[5], 'max_partition_id') or '0') or 0)
+end
+last = math.floor(last)
+if last + count > tonumber(ARGV[4]) then
+  return {'err', 'pid_range', string.format('%.0f', last + count)}
+end
+local first_pid = last + 1
+for i = 0, count - 1 do
+  if redis.call('HEXISTS', KEYS[1], string.format('%d', first_pid + i)) == 1 then
+    return {'err', 'exists', string.format('%d', first_pid + i)}
+  end
+end
+local now, options = ARGV[2], ARGV[3]
+for i = 0, count - 1 do
+  local pid = string.format('%d', first_pid + i)
+  local lo, hi = ARGV[5 + 2 * i], ARGV[6 + 2 * i]
+  local record
+  if ARGV[1] == 'elk' then
+    record = '{"partition_id":' .. pid .. ',"min_id":' .. lo .. ',"max_id":' .. hi
+      .. ',"worker_id":"","last_heartbeat":' .. now .. ',"status":"pending","updated_at":' .. now
+      .. (options ~= '' and (',"options":' .. options) or '') .. ',"version":1,"created_at":' .. now .. '}'
+  else
+    record = '{"partition_id":' .. pid .. ',"min_id":' .. lo .. ',"max_id":' .. hi
+      .. ',"status":"pending","worker_id":"","version":0,"error":"","created_at":' .. now
+      .. ',"updated_at":' .. now .. ',"last_heartbeat":0,"claimed_at":0,"options":'
+      .. (options ~= '' and options or '{}') .. '}'
+  end
+  redis.call('HSET', KEYS[1], pid, record)
+  redis.call('ZADD', KEYS[2], first_pid + i, pid)
+end
+local last_pid = first_pid + count - 1
+redis.call('HSET', KEYS[4], 'last_pid', string.format('%d', last_pid))
 redis.call('HINCRBY', KEYS[3], 'pending', count)
-return {first_pid, last_pid}
+if KEYS[5] then
+  redis.call('HINCRBY', KEYS[5], 'total', count)
+  redis.call('HINCRBY', KEYS[5], 'pending', count)
+  redis.call('HSET', KEYS[5], 'max_partition_id', string.format('%d', last_pid))
+  redis.call('HSET', KEYS[5], 'last_allocated_id', ARGV[#ARGV])
+end
+return {'ok', first_pid, last_pid}

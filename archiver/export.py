@@ -1,0 +1,115 @@
+"""``partarchive export``: every archived partition as JSON Lines, or into a Redis hash.
+
+``elk`` gives each partition as elk_coordinator's PartitionInfo: a partition that still has
+its whole Go record (simple tier, staging) comes back byte for byte; one from a sealed batch
+comes back with the fields a batch keeps (id, range, worker, ``updated_at`` = completion,
+``created_at`` = completion - duration, in whole seconds, UTC) and Go's zero values for the
+rest. ``native`` gives partarchive's archived form. Records stream out in constant memory
+(plus one bit per partition id, so a partition met twice during a tier move is written once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import IO, Any
+
+import redis
+
+from codec import ArchivedPartition, DecodeError
+from codec.elk import ElkRecord, archived_as_elk, as_archived, parse_archived
+from layers import ArchiveLayer
+from layers.replies import as_text
+
+FORMATS = ("elk", "native")
+_SCAN = 1000
+
+
+def _render(fmt: str, raw: bytes | None, rec: ArchivedPartition | ElkRecord) -> bytes:
+    if fmt == "native":
+        return as_archived(rec).to_json()
+    if isinstance(rec, ElkRecord):
+        return raw if raw is not None else rec.to_json()
+    return archived_as_elk(rec).to_json()
+
+
+class Exporter:
+    def __init__(self, archive: ArchiveLayer, fmt: str) -> None:
+        if fmt not in FORMATS:
+            raise ValueError(fmt)
+        self.archive = archive
+        self.redis: redis.Redis = archive.redis
+        self.fmt = fmt
+        self.skipped: list[str] = []
+
+    def records(self) -> Iterator[tuple[int, bytes]]:
+        """(pid, line) for every archived partition with detail: simple hash, staging, batches."""
+        keys = self.archive.keys
+        meta: Any = self.redis.hget(keys.archive_meta, "max_pid")
+        seen = bytearray((int(meta or 0) >> 3) + 1)
+
+        def first(pid: int) -> bool:
+            if pid >> 3 >= len(seen):
+                seen.extend(bytes((pid >> 3) + 1 - len(seen)))
+            if seen[pid >> 3] & (1 << (pid & 7)):
+                return False
+            seen[pid >> 3] |= 1 << (pid & 7)
+            return True
+
+        def stored(where: str, raw: bytes) -> Iterator[tuple[int, bytes]]:
+            try:
+                rec = parse_archived(raw)
+            except DecodeError as exc:
+                self.skipped.append(f"{where}: {exc}")
+                return
+            if first(rec.partition_id):
+                yield rec.partition_id, _render(self.fmt, raw, rec)
+
+        for fld, raw in self.redis.hscan_iter(keys.completed, count=_SCAN):
+            yield from stored(f"simple:{as_text(fld)}", raw)
+        open_batches: Any = self.redis.zrange(keys.open_batches, 0, -1)
+        for batch_no in open_batches:
+            for fld, raw in self.redis.hscan_iter(keys.staging(int(batch_no)), count=_SCAN):
+                yield from stored(f"staging:{as_text(fld)}", raw)
+        last_batch = self.archive.policy.batch_of(int(meta or 0))
+        for start in range(0, last_batch + 1, 100):
+            pipe = self.redis.pipeline(transaction=False)
+            numbers = range(start, min(last_batch + 1, start + 100))
+            for b in numbers:
+                pipe.get(keys.batch(b))
+            for b, blob in zip(numbers, pipe.execute(), strict=True):
+                if blob is None:
+                    continue
+                try:
+                    parts = self.archive.decode_batch(blob)
+                except DecodeError as exc:
+                    self.skipped.append(f"batch:{b}: {exc}")
+                    continue
+                for part in parts:
+                    if first(part.partition_id):
+                        yield part.partition_id, _render(self.fmt, None, part)
+
+    def to_file(self, out: IO[bytes], progress: Callable[[int], None] | None = None) -> int:
+        count = 0
+        for _, line in self.records():
+            out.write(line + b"\n")
+            count += 1
+            if progress and count % 1000 == 0:
+                progress(1000)
+        return count
+
+    def into_hash(self, client: redis.Redis, key: str) -> int:
+        """HSET ``key`` pid -> record (e.g. Go's ``elk_archived``: the rollback); refuses a non-hash key."""
+        kind = as_text(client.type(key))
+        if kind not in ("none", "hash"):
+            from layers import WrongKeyType
+
+            raise WrongKeyType(f"{key} is a {kind}, not a hash")
+        count = 0
+        pipe = client.pipeline(transaction=False)
+        for pid, line in self.records():
+            pipe.hset(key, str(pid), line)
+            count += 1
+            if count % _SCAN == 0:
+                pipe.execute()
+        pipe.execute()
+        return count

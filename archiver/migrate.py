@@ -1,0 +1,236 @@
+"""Taking over an elk_coordinator deployment: survey, import, verify, delete the source; adopt.
+
+Every completed partition is imported once, in Go's precedence (active hash, then
+``elk_archived``, then the compressed batches), through the archiver's own exactly-once path:
+its detail is written first (idempotent), then one commit script sets its index bit and
+counts its statistics, refusing any partition whose bit is already set. So a run killed at
+any point and run again imports nothing twice, and sources are read in the same order again.
+
+Where the detail goes depends on the tier the namespace reaches: below the compressed tier a
+partition keeps its whole Go record (given back byte for byte by ``export``); from it on,
+records are staged per batch and every batch is sealed once at the end, whatever order the
+sources hold them in.
+
+The source is deleted only with ``delete_source``, after a second pass has found every
+completed source record's index bit set, and record by record only while it still holds the
+bytes that were imported. Records that cannot be represented are never imported nor deleted:
+they go to the reject list with the reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Any
+
+import orjson
+import redis
+
+from archiver.config import Config
+from layers import ArchiveLayer, Tier
+from layers.elk import ElkSource, FamilySurvey, Item, Rejected
+from stats import StatsAccumulator
+
+SOURCES = ("active", "archived", "batch")
+CHUNK = 2000
+Progress = Callable[[int], object]
+
+
+@dataclass
+class MigrationReport:
+    prefix: str
+    namespace: str
+    dry_run: bool
+    survey: dict[str, FamilySurvey] = field(default_factory=dict)
+    found: Counter[str] = field(default_factory=Counter)
+    imported: int = 0
+    already: int = 0
+    copies: int = 0
+    rejected: list[Rejected] = field(default_factory=list)
+    flagged: int = 0
+    verified: int | None = None
+    deleted: Counter[str] = field(default_factory=Counter)
+    tier: str = ""
+    elapsed_s: float = 0.0
+
+    @property
+    def completed_found(self) -> int:
+        return sum(self.found.values())
+
+    @property
+    def ok(self) -> bool:
+        return self.dry_run or self.verified is None or self.verified == self.completed_found
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "prefix": self.prefix,
+            "namespace": self.namespace,
+            "dry_run": self.dry_run,
+            "survey": {name: fam.to_dict() for name, fam in self.survey.items()},
+            "completed_found": dict(self.found),
+            "imported": self.imported,
+            "already_imported": self.already,
+            "duplicate_copies": self.copies,
+            "rejected": [{"source": r.source, "field": r.field, "reason": r.reason} for r in self.rejected],
+            "flagged_workers": self.flagged,
+            "verified": self.verified,
+            "deleted": dict(self.deleted),
+            "tier": self.tier,
+            "elapsed_s": self.elapsed_s,
+            "ok": self.ok,
+        }
+
+
+def _chunks(items: Iterable[Item | Rejected], size: int) -> Iterator[list[Item | Rejected]]:
+    it = iter(items)
+    while chunk := list(islice(it, size)):
+        yield chunk
+
+
+class ElkMigration:
+    def __init__(self, client: redis.Redis, config: Config, key_prefix: str) -> None:
+        self.redis = client
+        self.config = config
+        self.keys = config.keys
+        self.source = ElkSource(client, key_prefix)
+        self.archive = ArchiveLayer(client, self.keys, config.policy)
+        self.stats = StatsAccumulator(
+            self.archive, flush_count=CHUNK, flush_interval_s=3600, range_width=config.stats_range_width
+        )
+        self._seen: set[int] = set()
+
+    def _items(self, source: str) -> Iterator[Item | Rejected]:
+        if source == "batch":
+            return self.source.completed_in_batches()
+        return self.source.completed_in_hash(source)
+
+    def run(
+        self, *, dry_run: bool = False, delete_source: bool = False, progress: Progress | None = None
+    ) -> MigrationReport:
+        started = time.monotonic()
+        report = MigrationReport(self.source.keys.key_prefix, self.config.namespace, dry_run)
+        report.survey = self.source.survey()
+        if dry_run:
+            report.elapsed_s = round(time.monotonic() - started, 2)
+            return report
+        families = ("partitions", "archived", "compressed")
+        completed = sum(report.survey[n].by_status.get("completed", 0) for n in families)
+        projected = self.archive.archived_total() + completed
+        staged = self.config.policy.tier_for(projected) is not Tier.SIMPLE or self.archive.tier() is not Tier.SIMPLE
+        for source in SOURCES:
+            for chunk in _chunks(self._items(source), CHUNK):
+                self._import_chunk(chunk, report, staged=staged)
+                if progress:
+                    progress(len(chunk))
+        self.stats.flush()
+        if staged:
+            self.archive.seal_all()
+        report.verified = self.verify(report)
+        if delete_source and report.ok:
+            self.delete_source(report)
+        report.tier = self.archive.tier().value
+        report.elapsed_s = round(time.monotonic() - started, 2)
+        self._note(report)
+        return report
+
+    def _import_chunk(self, chunk: list[Item | Rejected], report: MigrationReport, *, staged: bool) -> list[Item]:
+        """Import one chunk; returns its items that are now archived (imported or already)."""
+        items: list[Item] = []
+        for got in chunk:
+            if isinstance(got, Rejected):
+                report.rejected.append(got)
+            elif got.archived.partition_id in self._seen:
+                report.copies += 1  # a lower-precedence copy of a partition met already
+            else:
+                self._seen.add(got.archived.partition_id)
+                report.found[got.source] += 1
+                report.flagged += got.flag is not None
+                items.append(got)
+        if not items:
+            return []
+        bits = self.archive.indexed([it.archived.partition_id for it in items])
+        new = [it for it, bit in zip(items, bits, strict=True) if not bit]
+        report.already += len(items) - len(new)
+        if new:
+            if staged:
+                self.archive.stage([it.archived for it in new])
+            else:
+                self.archive.write_simple(
+                    {it.archived.partition_id: it.raw if it.source != "batch" else it.record.to_json() for it in new}
+                )
+            self.stats.add([("-", it.archived) for it in new])
+            self.stats.flush()
+            report.imported += len(new)
+            flags = {str(it.archived.partition_id): it.flag for it in new if it.flag}
+            if flags:
+                self.redis.hset(self.keys.migrate_flags, mapping=flags)  # type: ignore[arg-type]
+        return items
+
+    def verify(self, report: MigrationReport) -> int:
+        """Second pass over the sources: how many completed source records have their index bit set."""
+        seen: set[int] = set()
+        verified = 0
+        for source in SOURCES:
+            for chunk in _chunks(self._items(source), CHUNK):
+                pids = [it.archived.partition_id for it in chunk if isinstance(it, Item)]
+                for pid, bit in zip(pids, self.archive.indexed(pids), strict=True):
+                    if pid not in seen:
+                        seen.add(pid)
+                        verified += bit
+        return verified
+
+    def delete_source(self, report: MigrationReport) -> None:
+        """Delete imported records from the source, each only while it holds the imported bytes."""
+        for source in ("active", "archived"):
+            for chunk in _chunks(self._items(source), CHUNK):
+                items = [it for it in chunk if isinstance(it, Item)]
+                bits = self.archive.indexed([it.archived.partition_id for it in items])
+                pairs = [(it.field, it.raw) for it, bit in zip(items, bits, strict=True) if bit]
+                report.deleted[source] += self.source.delete_if_unchanged(source, pairs)
+        batches: dict[str, bytes] = {}
+        keep: set[str] = {r.field.split("/")[0] for r in report.rejected if r.source == "batch"}
+        for chunk in _chunks(self._items("batch"), CHUNK):
+            items = [it for it in chunk if isinstance(it, Item)]
+            for it, bit in zip(items, self.archive.indexed([it.archived.partition_id for it in items]), strict=True):
+                if bit:
+                    batches.setdefault(it.field, it.raw)
+                else:
+                    keep.add(it.field)
+        pairs = [(name, raw) for name, raw in batches.items() if name not in keep]
+        report.deleted["batch"] += self.source.delete_if_unchanged("batch", pairs)
+
+    def adopt_step(self, report: MigrationReport | None = None) -> int:
+        """Import what Go workers have completed since the last step and delete it from the source.
+
+        For running beside Go workers: completed records in the active hash and ``elk_archived``
+        (and batches, should a Go process still compress) are imported and removed as soon as
+        their index bits are set. Returns the partitions imported.
+        """
+        report = report or MigrationReport(self.source.keys.key_prefix, self.config.namespace, False)
+        self.source.check_types()
+        before = report.imported
+        for source in SOURCES:
+            for chunk in _chunks(self._items(source), CHUNK):
+                items = self._import_chunk(chunk, report, staged=self.archive.tier() is not Tier.SIMPLE)
+                self._seen.clear()
+                if source == "batch":
+                    continue
+                bits = self.archive.indexed([it.archived.partition_id for it in items])
+                pairs = [(it.field, it.raw) for it, bit in zip(items, bits, strict=True) if bit]
+                report.deleted[source] += self.source.delete_if_unchanged(source, pairs)
+        self._note(report)
+        return report.imported - before
+
+    def _note(self, report: MigrationReport) -> None:
+        """Keep the reject list and the uncertain workers in Redis beside the archive."""
+        pipe = self.redis.pipeline(transaction=False)
+        for r in report.rejected:
+            pipe.hset(self.keys.migrate_rejects, f"{r.source}:{r.field}", r.reason)
+        pipe.execute()
+
+
+def rejected_lines(report: MigrationReport) -> list[bytes]:
+    return [orjson.dumps({"source": r.source, "field": r.field, "reason": r.reason}) for r in report.rejected]

@@ -1,0 +1,227 @@
+"""elk_coordinator's record format, both ways (``shared/compat/elk_coordinator/FORMAT.md``).
+
+`ElkRecord` is Go's ``model.PartitionInfo``: read with Go's own leniency (unknown members
+ignored, missing or ``null`` members zero, member names in any letter case, any status
+string) and Go's strictness (integers must be integer literals within int64, times RFC 3339
+strings with a zone, ``options`` an object). `encode_elk` writes members in struct order with
+Go's omissions, so a record Go wrote decodes and encodes back to the same bytes.
+
+An archived partition keeps ``completed_at`` = ``updated_at`` and ``duration`` =
+``updated_at - created_at`` in whole seconds: Go records have no claim time, and these are
+the two times Go's own compressed batches keep, so a record can be given back from any tier
+with the times Go itself would have.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import orjson
+
+from codec.errors import DecodeError, ValidationError
+from codec.gojson import ZERO_TIME, GoTime, go_json, go_string
+from codec.record import ArchivedPartition, PartitionInfo, Status
+from codec.validate import MAX_DURATION, MAX_INT64, MIN_INT64, check_pid, check_range
+
+KNOWN_STATUSES = frozenset(s.value for s in Status)
+
+
+class ElkRecord(NamedTuple):
+    """A PartitionInfo record of elk_coordinator, fields in Go's struct order."""
+
+    partition_id: int = 0
+    min_id: int = 0
+    max_id: int = 0
+    worker_id: str = ""
+    last_heartbeat: GoTime = ZERO_TIME
+    status: str = ""
+    updated_at: GoTime = ZERO_TIME
+    options: dict[str, Any] | None = None
+    version: int = 0
+    error: str = ""
+    created_at: GoTime = ZERO_TIME
+
+    def to_json(self) -> bytes:
+        return encode_elk(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as Go's JSON has it (times as RFC 3339 text)."""
+        return orjson.loads(encode_elk(self))  # type: ignore[no-any-return]
+
+    def to_archived(self) -> ArchivedPartition:
+        """What the archive keeps; `ValidationError` if the record cannot be represented."""
+        if self.updated_at.seconds < 0:
+            raise ValidationError("completion time (updated_at) is before 1970")
+        duration = 0 if self.created_at.is_zero else self.updated_at.seconds - self.created_at.seconds
+        return ArchivedPartition(
+            self.partition_id,
+            self.min_id,
+            self.max_id,
+            self.worker_id,
+            self.updated_at.seconds,
+            min(max(duration, 0), MAX_DURATION),
+        )
+
+    def to_partition_info(self) -> PartitionInfo:
+        """The active-layer view (Unix-second times, zero time as 0) for the worker SDK."""
+        check_pid(self.partition_id)
+        check_range(self.min_id, self.max_id)
+        if self.status not in KNOWN_STATUSES:
+            raise DecodeError(f"partition {self.partition_id} has unknown status {self.status!r}")
+        times = [max(t.seconds, 0) for t in (self.created_at, self.updated_at, self.last_heartbeat)]
+        fields = (
+            self.partition_id,
+            self.min_id,
+            self.max_id,
+            Status(self.status),
+            self.worker_id,
+            self.version,
+            self.error,
+            *times,
+            0,
+            dict(self.options or {}),
+        )
+        return tuple.__new__(PartitionInfo, fields)
+
+
+def archived_as_elk(part: ArchivedPartition) -> ElkRecord:
+    """An archived partition in Go's form, with the fields a compressed tier keeps (see module doc)."""
+    return ElkRecord(
+        partition_id=part.partition_id,
+        min_id=part.min_id,
+        max_id=part.max_id,
+        worker_id=part.worker_id,
+        status="completed",
+        updated_at=GoTime(part.completed_at),
+        created_at=GoTime(part.completed_at - part.duration),
+    )
+
+
+def encode_elk(rec: ElkRecord) -> bytes:
+    out = [
+        f'{{"partition_id":{rec.partition_id},"min_id":{rec.min_id},"max_id":{rec.max_id},',
+        f'"worker_id":{go_string(rec.worker_id)},"last_heartbeat":"{rec.last_heartbeat.format()}",',
+        f'"status":{go_string(rec.status)},"updated_at":"{rec.updated_at.format()}"',
+    ]
+    if rec.options:
+        out.append(f',"options":{go_json(rec.options)}')
+    out.append(f',"version":{rec.version}')
+    if rec.error:
+        out.append(f',"error":{go_string(rec.error)}')
+    out.append(f',"created_at":"{rec.created_at.format()}"}}')
+    return "".join(out).encode("utf-8")
+
+
+_INT_FIELDS = ("partition_id", "min_id", "max_id", "version")
+_STR_FIELDS = ("worker_id", "status", "error")
+_TIME_FIELDS = ("last_heartbeat", "updated_at", "created_at")
+_BY_LOWER = {name: name for name in ElkRecord._fields}
+
+
+def _go_value(name: str, value: Any) -> Any:
+    if name in _INT_FIELDS:
+        if value is None:
+            return 0
+        if type(value) is not int or not MIN_INT64 <= value <= MAX_INT64:
+            raise DecodeError(f"{name} must be a 64-bit integer, got {str(value)[:40]!r}")
+        return value
+    if name in _STR_FIELDS:
+        if value is None:
+            return ""
+        if type(value) is not str:
+            raise DecodeError(f"{name} must be a string")
+        return value
+    if name in _TIME_FIELDS:
+        if value is None:
+            return ZERO_TIME
+        if type(value) is not str:
+            raise DecodeError(f"{name} must be an RFC 3339 string")
+        return GoTime.parse(value)
+    if value is not None and type(value) is not dict:
+        raise DecodeError("options must be a JSON object")
+    return value
+
+
+def decode_elk(raw: bytes | str) -> ElkRecord:
+    """Read a record as Go's ``json.Unmarshal`` would; anything Go rejects is a `DecodeError`."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"not valid JSON: {exc}") from None
+    if type(data) is not dict:
+        raise DecodeError("an elk_coordinator record is a JSON object")
+    values: dict[str, Any] = {}
+    for member, value in data.items():
+        name = _BY_LOWER.get(member) or _BY_LOWER.get(member.lower())
+        if name is not None:
+            values[name] = _go_value(name, value)
+    return ElkRecord(**values)
+
+
+def is_elk_json(data: dict[str, Any]) -> bool:
+    """Tell a decoded Go record from partarchive's own JSON (whose times are integers)."""
+    for name in ("updated_at", "created_at", "last_heartbeat"):
+        if name in data:
+            return not isinstance(data[name], int)
+    return "completed_at" not in data
+
+
+def parse_archived(raw: bytes | str) -> ArchivedPartition | ElkRecord:
+    """A stored archive record in either format: partarchive's own or Go's full record."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"not valid JSON: {exc}") from None
+    if type(data) is dict and is_elk_json(data):
+        rec = decode_elk(raw)
+        try:
+            rec.to_archived()
+        except ValidationError as exc:
+            raise DecodeError(f"record cannot be archived: {exc}") from None
+        return rec
+    return ArchivedPartition.from_json(raw)
+
+
+def decode_active(raw: bytes | str) -> PartitionInfo | ElkRecord:
+    """An active-hash record in either format, Go's kept as Go wrote it."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"not valid JSON: {exc}") from None
+    if type(data) is dict and is_elk_json(data):
+        return decode_elk(raw)
+    return PartitionInfo.from_json(raw)
+
+
+def parse_active(raw: bytes | str) -> PartitionInfo:
+    """An active-hash record in either format, as the worker SDK's `PartitionInfo`."""
+    rec = decode_active(raw)
+    return rec.to_partition_info() if isinstance(rec, ElkRecord) else rec
+
+
+def as_archived(rec: ArchivedPartition | ElkRecord) -> ArchivedPartition:
+    return rec if isinstance(rec, ArchivedPartition) else rec.to_archived()
+
+
+class ElkWorker(NamedTuple):
+    """A member of Go's ``workers`` sorted set (``model.WorkerInfo``)."""
+
+    worker_id: str
+    register_time: GoTime
+    stop_time: GoTime | None = None
+
+
+def decode_elk_worker(raw: bytes | str) -> ElkWorker:
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"worker member is not JSON: {exc}") from None
+    if type(data) is not dict or type(data.get("worker_id")) is not str:
+        raise DecodeError("worker member has no worker_id")
+    register = data.get("register_time")
+    stop = data.get("stop_time")
+    return ElkWorker(
+        data["worker_id"],
+        GoTime.parse(register) if isinstance(register, str) else ZERO_TIME,
+        GoTime.parse(stop) if isinstance(stop, str) else None,
+    )
