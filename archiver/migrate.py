@@ -19,6 +19,7 @@ they go to the reject list with the reason.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -91,14 +92,16 @@ def _chunks(items: Iterable[Item | Rejected], size: int) -> Iterator[list[Item |
 
 
 class ElkMigration:
-    def __init__(self, client: redis.Redis, config: Config, key_prefix: str) -> None:
+    def __init__(self, client: redis.Redis, config: Config, key_prefix: str, *, chunk: int = CHUNK) -> None:
         self.redis = client
+        self.chunk = chunk
+        self._pause_before_commit_s = float(os.environ.get("PARTARCHIVE_FAULT_PAUSE_BEFORE_COMMIT", "0"))
         self.config = config
         self.keys = config.keys
         self.source = ElkSource(client, key_prefix)
         self.archive = ArchiveLayer(client, self.keys, config.policy)
         self.stats = StatsAccumulator(
-            self.archive, flush_count=CHUNK, flush_interval_s=3600, range_width=config.stats_range_width
+            self.archive, flush_count=chunk, flush_interval_s=3600, range_width=config.stats_range_width
         )
         self._seen: set[int] = set()
 
@@ -121,7 +124,7 @@ class ElkMigration:
         projected = self.archive.archived_total() + completed
         staged = self.config.policy.tier_for(projected) is not Tier.SIMPLE or self.archive.tier() is not Tier.SIMPLE
         for source in SOURCES:
-            for chunk in _chunks(self._items(source), CHUNK):
+            for chunk in _chunks(self._items(source), self.chunk):
                 self._import_chunk(chunk, report, staged=staged)
                 if progress:
                     progress(len(chunk))
@@ -161,6 +164,8 @@ class ElkMigration:
                 self.archive.write_simple(
                     {it.archived.partition_id: it.raw if it.source != "batch" else it.record.to_json() for it in new}
                 )
+            if self._pause_before_commit_s:  # fault injection for the crash tests
+                time.sleep(self._pause_before_commit_s)
             self.stats.add([("-", it.archived) for it in new])
             self.stats.flush()
             report.imported += len(new)
@@ -174,7 +179,7 @@ class ElkMigration:
         seen: set[int] = set()
         verified = 0
         for source in SOURCES:
-            for chunk in _chunks(self._items(source), CHUNK):
+            for chunk in _chunks(self._items(source), self.chunk):
                 pids = [it.archived.partition_id for it in chunk if isinstance(it, Item)]
                 for pid, bit in zip(pids, self.archive.indexed(pids), strict=True):
                     if pid not in seen:
@@ -185,14 +190,14 @@ class ElkMigration:
     def delete_source(self, report: MigrationReport) -> None:
         """Delete imported records from the source, each only while it holds the imported bytes."""
         for source in ("active", "archived"):
-            for chunk in _chunks(self._items(source), CHUNK):
+            for chunk in _chunks(self._items(source), self.chunk):
                 items = [it for it in chunk if isinstance(it, Item)]
                 bits = self.archive.indexed([it.archived.partition_id for it in items])
                 pairs = [(it.field, it.raw) for it, bit in zip(items, bits, strict=True) if bit]
                 report.deleted[source] += self.source.delete_if_unchanged(source, pairs)
         batches: dict[str, bytes] = {}
         keep: set[str] = {r.field.split("/")[0] for r in report.rejected if r.source == "batch"}
-        for chunk in _chunks(self._items("batch"), CHUNK):
+        for chunk in _chunks(self._items("batch"), self.chunk):
             items = [it for it in chunk if isinstance(it, Item)]
             for it, bit in zip(items, self.archive.indexed([it.archived.partition_id for it in items]), strict=True):
                 if bit:
@@ -213,7 +218,7 @@ class ElkMigration:
         self.source.check_types()
         before = report.imported
         for source in SOURCES:
-            for chunk in _chunks(self._items(source), CHUNK):
+            for chunk in _chunks(self._items(source), self.chunk):
                 items = self._import_chunk(chunk, report, staged=self.archive.tier() is not Tier.SIMPLE)
                 self._seen.clear()
                 if source == "batch":

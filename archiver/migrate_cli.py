@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import sys
 from contextlib import nullcontext
 from typing import Any
@@ -13,7 +14,7 @@ from tqdm import tqdm
 
 from archiver.config import Config
 from archiver.export import Exporter
-from archiver.migrate import ElkMigration, MigrationReport, rejected_lines
+from archiver.migrate import CHUNK, ElkMigration, MigrationReport, rejected_lines
 from archiver.output import print_json
 from layers import ArchiveLayer
 from layers.elk import ElkSource, find_deployments
@@ -75,12 +76,12 @@ def migrate_from_elk(client: redis.Redis, config: Config, args: argparse.Namespa
             for prefix in prefixes:
                 print(f"  {prefix!r:30} active hash elk:{prefix}elk_partitions")
         return 0 if prefixes else EXIT_NOT_FOUND
-    migration = ElkMigration(client, config, args.prefix)
+    migration = ElkMigration(client, config, args.prefix, chunk=int(os.environ.get("PARTARCHIVE_MIGRATE_CHUNK", CHUNK)))
     if not ElkSource(client, args.prefix).exists():
         print(f"partarchive: no elk_coordinator keys under elk:{args.prefix}", file=sys.stderr)
         return EXIT_NOT_FOUND
     show = not (args.json or args.no_progress or args.dry_run)
-    with tqdm(desc="imported", unit="part", disable=not show, file=sys.stderr) as bar:
+    with tqdm(desc="migrating", unit="part", disable=not show, file=sys.stderr) as bar:
         report = migration.run(dry_run=args.dry_run, delete_source=args.delete_source, progress=bar.update)
     if args.rejects:
         with open(args.rejects, "wb") as fh:

@@ -9,7 +9,7 @@ time) or ``elk`` (elk_coordinator's PartitionInfo, so Go workers can read them).
 reads both, so a namespace bound to a Go deployment (`KeySchema.elk_prefix`) shares its active
 hash with Go workers: each side can claim, heartbeat, fail, retry and complete partitions the
 other created. Go workers do not keep our pending/lease/failed indexes, so in a bound
-namespace `sync` rebuilds them from the hash when a claim finds nothing (at most once a second).
+namespace a claim first rebuilds them from the hash (`sync`, at most once a second).
 """
 
 from __future__ import annotations
@@ -161,10 +161,9 @@ class ActiveLayer:
     def claim(self, worker_id: str) -> PartitionInfo | None:
         """Take the lowest pending partition, or one whose holder stopped heartbeating."""
         check_worker_id(worker_id)
-        got = self._claim(worker_id)
-        if as_text(got[0]) == "none" and self.keys.elk_prefix is not None and self._clock() >= self._next_sync:
+        if self.keys.elk_prefix is not None and self._clock() >= self._next_sync:
             self.sync()
-            got = self._claim(worker_id)
+        got = self._claim(worker_id)
         if as_text(got[0]) == "none":
             return None
         return parse_active(got[1])

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +50,7 @@ class ArchiveLayer:
         self.workers = WorkerRegistry(redis_client, keys)
         self._scripts = Scripts(redis_client)
         self._batch_size_checked = False
+        self.seals: Counter[int] = Counter()  # batch number -> seals by this process
 
     # state
 
@@ -240,6 +241,7 @@ class ArchiveLayer:
             digest = hashlib.sha1(blob).hexdigest() if blob else ""
             sealed = self._scripts("seal", [batch_key, stage_key], [digest, len(staged), new_blob, expire_at])
             if int(sealed):
+                self.seals[batch_no] += 1
                 pipe = self.redis.pipeline(transaction=False)
                 pipe.zrem(self.keys.open_batches, str(batch_no))
                 pipe.hincrby(self.keys.archive_meta, "sealed_json_bytes", staged_json_bytes)

@@ -65,8 +65,8 @@ def batches(draw: st.DrawFn) -> list[ArchivedPartition]:
     n = draw(st.integers(1, 40))
     out = []
     for _ in range(n):
-        lo = draw(st.integers(0, 2**53))
-        hi = draw(st.one_of(st.just(lo), st.integers(lo, 2**53)))
+        lo = draw(st.one_of(st.integers(0, 2**53), st.integers(-(2**63), 2**63 - 1)))
+        hi = draw(st.one_of(st.just(lo), st.integers(lo, min(2**63 - 1, lo + 2**40)), st.integers(lo, 2**63 - 1)))
         out.append(
             ArchivedPartition(
                 draw(st.integers(1, 2**53)),
