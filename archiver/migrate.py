@@ -25,12 +25,13 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import redis
 
 from archiver.config import Config
+from codec import ArchivedPartition
 from layers import ArchiveLayer, Tier
 from layers.elk import ElkSource, FamilySurvey, Item, Rejected
 from stats import StatsAccumulator
@@ -38,6 +39,7 @@ from stats import StatsAccumulator
 SOURCES = ("active", "archived", "batch")
 CHUNK = 2000
 Progress = Callable[[int], object]
+T = TypeVar("T")
 
 
 @dataclass
@@ -55,6 +57,7 @@ class MigrationReport:
     verified: int | None = None
     deleted: Counter[str] = field(default_factory=Counter)
     tier: str = ""
+    import_s: float = 0.0
     elapsed_s: float = 0.0
 
     @property
@@ -80,12 +83,13 @@ class MigrationReport:
             "verified": self.verified,
             "deleted": dict(self.deleted),
             "tier": self.tier,
+            "import_s": self.import_s,
             "elapsed_s": self.elapsed_s,
             "ok": self.ok,
         }
 
 
-def _chunks(items: Iterable[Item | Rejected], size: int) -> Iterator[list[Item | Rejected]]:
+def _chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
     it = iter(items)
     while chunk := list(islice(it, size)):
         yield chunk
@@ -103,7 +107,6 @@ class ElkMigration:
         self.stats = StatsAccumulator(
             self.archive, flush_count=chunk, flush_interval_s=3600, range_width=config.stats_range_width
         )
-        self._seen: set[int] = set()
 
     def _items(self, source: str) -> Iterator[Item | Rejected]:
         if source == "batch":
@@ -119,18 +122,19 @@ class ElkMigration:
         if dry_run:
             report.elapsed_s = round(time.monotonic() - started, 2)
             return report
+        importing = time.monotonic()
         families = ("partitions", "archived", "compressed")
         completed = sum(report.survey[n].by_status.get("completed", 0) for n in families)
         projected = self.archive.archived_total() + completed
-        staged = self.config.policy.tier_for(projected) is not Tier.SIMPLE or self.archive.tier() is not Tier.SIMPLE
-        for source in SOURCES:
-            for chunk in _chunks(self._items(source), self.chunk):
-                self._import_chunk(chunk, report, staged=staged)
-                if progress:
-                    progress(len(chunk))
-        self.stats.flush()
-        if staged:
-            self.archive.seal_all()
+        batched = self.config.policy.tier_for(projected) is not Tier.SIMPLE or self.archive.tier() is not Tier.SIMPLE
+        found = self._collect(report, keep_detail=not batched)
+        for chunk in self._batch_aligned(sorted(found)):
+            self._import([found.pop(pid) for pid in chunk], report, batched=batched)
+            if progress:
+                progress(len(chunk))
+        if batched:
+            self.archive.seal_all()  # what an interrupted earlier run left staged
+        report.import_s = round(time.monotonic() - importing, 3)
         report.verified = self.verify(report)
         if delete_source and report.ok:
             self.delete_source(report)
@@ -139,31 +143,55 @@ class ElkMigration:
         self._note(report)
         return report
 
-    def _import_chunk(self, chunk: list[Item | Rejected], report: MigrationReport, *, staged: bool) -> list[Item]:
-        """Import one chunk; returns its items that are now archived (imported or already)."""
-        items: list[Item] = []
-        for got in chunk:
-            if isinstance(got, Rejected):
-                report.rejected.append(got)
-            elif got.archived.partition_id in self._seen:
-                report.copies += 1  # a lower-precedence copy of a partition met already
-            else:
-                self._seen.add(got.archived.partition_id)
-                report.found[got.source] += 1
-                report.flagged += got.flag is not None
-                items.append(got)
-        if not items:
-            return []
+    def _collect(self, report: MigrationReport, *, keep_detail: bool) -> dict[int, Item]:
+        """Every importable completed partition by id, the first source in Go's precedence winning.
+
+        Without ``keep_detail`` (a batch tier takes the import) only the archived fields are
+        kept: a few hundred bytes of memory per partition.
+        """
+        found: dict[int, Item] = {}
+        for source in SOURCES:
+            for got in self._items(source):
+                if isinstance(got, Rejected):
+                    report.rejected.append(got)
+                elif got.archived.partition_id in found:
+                    report.copies += 1  # a lower-precedence copy of a partition met already
+                else:
+                    if not keep_detail:
+                        got = got._replace(record=None, raw=b"")
+                    found[got.archived.partition_id] = got
+                    report.found[source] += 1
+                    report.flagged += got.flag is not None
+        return found
+
+    def _batch_aligned(self, pids: list[int]) -> Iterator[list[int]]:
+        """Chunks of about ``chunk`` sorted ids that never split a batch, so each is sealed once."""
+        batch_of = self.config.policy.batch_of
+        start = 0
+        while start < len(pids):
+            end = min(len(pids), start + self.chunk)
+            while end < len(pids) and batch_of(pids[end]) == batch_of(pids[end - 1]):
+                end += 1
+            yield pids[start:end]
+            start = end
+
+    def _import(self, items: list[Item], report: MigrationReport, *, batched: bool) -> list[Item]:
+        """Write the detail of the items not in the index yet, then commit them (index bits and
+        statistics in one script). Returns the items now archived (imported here or before)."""
         bits = self.archive.indexed([it.archived.partition_id for it in items])
         new = [it for it, bit in zip(items, bits, strict=True) if not bit]
         report.already += len(items) - len(new)
         if new:
-            if staged:
-                self.archive.stage([it.archived for it in new])
+            if batched:
+                by_batch: dict[int, list[ArchivedPartition]] = {}
+                batch_of = self.config.policy.batch_of
+                for it in new:
+                    by_batch.setdefault(batch_of(it.archived.partition_id), []).append(it.archived)
+                self.archive.seal_many(by_batch)
+            elif self.archive.tier() is Tier.SIMPLE:
+                self.archive.write_simple({it.archived.partition_id: it.detail for it in new})
             else:
-                self.archive.write_simple(
-                    {it.archived.partition_id: it.raw if it.source != "batch" else it.record.to_json() for it in new}
-                )
+                self.archive.write_detail([it.record or it.archived for it in new])
             if self._pause_before_commit_s:  # fault injection for the crash tests
                 time.sleep(self._pause_before_commit_s)
             self.stats.add([("-", it.archived) for it in new])
@@ -179,8 +207,8 @@ class ElkMigration:
         seen: set[int] = set()
         verified = 0
         for source in SOURCES:
-            for chunk in _chunks(self._items(source), self.chunk):
-                pids = [it.archived.partition_id for it in chunk if isinstance(it, Item)]
+            for chunk in _chunks(self.source.completed_pids(source), self.chunk):
+                pids = [pid for pid, _, _ in chunk]
                 for pid, bit in zip(pids, self.archive.indexed(pids), strict=True):
                     if pid not in seen:
                         seen.add(pid)
@@ -190,20 +218,18 @@ class ElkMigration:
     def delete_source(self, report: MigrationReport) -> None:
         """Delete imported records from the source, each only while it holds the imported bytes."""
         for source in ("active", "archived"):
-            for chunk in _chunks(self._items(source), self.chunk):
-                items = [it for it in chunk if isinstance(it, Item)]
-                bits = self.archive.indexed([it.archived.partition_id for it in items])
-                pairs = [(it.field, it.raw) for it, bit in zip(items, bits, strict=True) if bit]
+            for chunk in _chunks(self.source.completed_pids(source), self.chunk):
+                bits = self.archive.indexed([pid for pid, _, _ in chunk])
+                pairs = [(fld, raw) for (_, fld, raw), bit in zip(chunk, bits, strict=True) if bit]
                 report.deleted[source] += self.source.delete_if_unchanged(source, pairs)
         batches: dict[str, bytes] = {}
         keep: set[str] = {r.field.split("/")[0] for r in report.rejected if r.source == "batch"}
-        for chunk in _chunks(self._items("batch"), self.chunk):
-            items = [it for it in chunk if isinstance(it, Item)]
-            for it, bit in zip(items, self.archive.indexed([it.archived.partition_id for it in items]), strict=True):
+        for chunk in _chunks(self.source.completed_pids("batch"), self.chunk):
+            for (_, fld, raw), bit in zip(chunk, self.archive.indexed([pid for pid, _, _ in chunk]), strict=True):
                 if bit:
-                    batches.setdefault(it.field, it.raw)
+                    batches.setdefault(fld, raw)
                 else:
-                    keep.add(it.field)
+                    keep.add(fld)
         pairs = [(name, raw) for name, raw in batches.items() if name not in keep]
         report.deleted["batch"] += self.source.delete_if_unchanged("batch", pairs)
 
@@ -219,8 +245,15 @@ class ElkMigration:
         before = report.imported
         for source in SOURCES:
             for chunk in _chunks(self._items(source), self.chunk):
-                items = self._import_chunk(chunk, report, staged=self.archive.tier() is not Tier.SIMPLE)
-                self._seen.clear()
+                items = []
+                for got in chunk:
+                    if isinstance(got, Rejected):
+                        report.rejected.append(got)
+                    else:
+                        items.append(got)
+                        report.found[source] += 1
+                # the active hash, then elk_archived: a copy already archived is only acknowledged
+                items = self._import(items, report, batched=False) if items else []
                 if source == "batch":
                     continue
                 bits = self.archive.indexed([it.archived.partition_id for it in items])

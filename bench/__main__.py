@@ -5,13 +5,14 @@ from __future__ import annotations
 import sys
 
 from archiver.logs import configure_logging
-from bench import codec_bench, latency_bench, memory_bench, stats_bench
+from bench import codec_bench, latency_bench, memory_bench, migrate_bench, stats_bench
 
 SECTIONS = {
     "codec": codec_bench.run,
     "latency": latency_bench.run,
     "stats": stats_bench.run,
     "memory": memory_bench.run,
+    "migrate": migrate_bench.run,
 }
 
 

@@ -53,7 +53,7 @@ class ElkRecord(NamedTuple):
         if self.updated_at.seconds < 0:
             raise ValidationError("completion time (updated_at) is before 1970")
         duration = 0 if self.created_at.is_zero else self.updated_at.seconds - self.created_at.seconds
-        return ArchivedPartition(
+        return ArchivedPartition.checked(
             self.partition_id,
             self.min_id,
             self.max_id,
@@ -150,12 +150,49 @@ def decode_elk(raw: bytes | str) -> ElkRecord:
         raise DecodeError(f"not valid JSON: {exc}") from None
     if type(data) is not dict:
         raise DecodeError("an elk_coordinator record is a JSON object")
+    fast = _as_written_by_go(data)
+    if fast is not None:
+        return fast
     values: dict[str, Any] = {}
     for member, value in data.items():
         name = _BY_LOWER.get(member) or _BY_LOWER.get(member.lower())
         if name is not None:
             values[name] = _go_value(name, value)
     return ElkRecord(**values)
+
+
+def _as_written_by_go(d: dict[str, Any]) -> ElkRecord | None:
+    """The record if ``d`` has exactly the members Go writes, with the right types, else None
+    (the general path then applies Go's rules member by member and explains a rejection)."""
+    try:
+        pid, lo, hi, version = d["partition_id"], d["min_id"], d["max_id"], d["version"]
+        worker, status = d["worker_id"], d["status"]
+        beat, updated, created = d["last_heartbeat"], d["updated_at"], d["created_at"]
+    except KeyError:
+        return None
+    options, error = d.get("options"), d.get("error", "")
+    if not (
+        len(d) == 9 + ("options" in d) + ("error" in d)
+        and type(pid) is int
+        and type(lo) is int
+        and type(hi) is int
+        and type(version) is int
+        and MIN_INT64 <= pid <= MAX_INT64
+        and MIN_INT64 <= lo <= MAX_INT64
+        and MIN_INT64 <= hi <= MAX_INT64
+        and MIN_INT64 <= version <= MAX_INT64
+        and type(worker) is str
+        and type(status) is str
+        and type(error) is str
+        and type(beat) is str
+        and type(updated) is str
+        and type(created) is str
+        and (options is None or type(options) is dict)
+    ):
+        return None
+    parse = GoTime.parse
+    fields = (pid, lo, hi, worker, parse(beat), status, parse(updated), options, version, error, parse(created))
+    return tuple.__new__(ElkRecord, fields)
 
 
 def is_elk_json(data: dict[str, Any]) -> bool:
@@ -179,7 +216,7 @@ def parse_archived(raw: bytes | str) -> ArchivedPartition | ElkRecord:
         except ValidationError as exc:
             raise DecodeError(f"record cannot be archived: {exc}") from None
         return rec
-    return ArchivedPartition.from_json(raw)
+    return ArchivedPartition.from_dict(data)
 
 
 def decode_active(raw: bytes | str) -> PartitionInfo | ElkRecord:

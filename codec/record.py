@@ -214,6 +214,27 @@ class ArchivedPartition(_ArchivedFields):
         return tuple.__new__(cls, (partition_id, min_id, max_id, worker_id, completed_at, duration))
 
     @classmethod
+    def checked(cls, pid: Any, lo: Any, hi: Any, worker: Any, at: Any, duration: Any) -> ArchivedPartition:
+        """The constructor's checks, inline for the well-formed case (this runs per archived
+        partition); anything unusual goes through the constructor, which says what is wrong."""
+        if (
+            type(pid) is int
+            and type(lo) is int
+            and type(hi) is int
+            and type(at) is int
+            and type(duration) is int
+            and 1 <= pid <= MAX_ID
+            and MIN_INT64 <= lo <= hi <= MAX_INT64
+            and 0 <= at <= MAX_TIMESTAMP
+            and 0 <= duration <= MAX_DURATION
+            and type(worker) is str
+            and 0 < len(worker) <= MAX_WORKER_ID_BYTES // 4
+            and not _has_control(worker)
+        ):
+            return tuple.__new__(cls, (pid, lo, hi, worker, at, duration))
+        return cls(pid, lo, hi, worker, at, duration)
+
+    @classmethod
     def trusted(cls, fields: tuple[int, int, int, str, int, int]) -> ArchivedPartition:
         """Build without per-field checks: only for values a decoder has already validated."""
         return tuple.__new__(cls, fields)
@@ -230,7 +251,26 @@ class ArchivedPartition(_ArchivedFields):
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> ArchivedPartition:
-        return _from_json(cls, raw)
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise DecodeError(f"not valid JSON: {exc}") from None
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ArchivedPartition:
+        """From decoded JSON; anything malformed is a `DecodeError`."""
+        if type(data) is dict and len(data) == 6:
+            try:
+                return cls.checked(
+                    data["partition_id"], data["min_id"], data["max_id"], data["worker_id"], data["completed_at"],
+                    data["duration"],
+                )
+            except KeyError:
+                pass
+            except ValidationError as exc:
+                raise DecodeError(f"record JSON is invalid: {exc}") from None
+        return _from_json(cls, orjson.dumps(data))
 
 
 _R = TypeVar("_R", PartitionInfo, ArchivedPartition)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import redis
 
 from codec import ArchivedPartition, DecodeError, ValidationError, decode_blob, encode_blob
@@ -33,6 +34,8 @@ from layers.tiers import Tier, TierPolicy
 from layers.workers import WorkerRegistry
 
 _SEAL_RETRIES = 20
+#: Bytes of member names, colons and braces in an archived record's JSON beyond its values.
+_ARCHIVED_JSON_NAMES = len(b'"partition_id":"min_id":"max_id":"worker_id":"completed_at":"duration":')
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,8 +207,9 @@ class ArchiveLayer:
         tier = self.tier() if raw else None
         return sum(self.seal(int(b), tier) for b in raw)
 
-    def seal(self, batch_no: int, tier: Tier | None = None) -> bool:
-        """Merge the staged records of a batch into its blob; safe against concurrent sealers.
+    def seal(self, batch_no: int, tier: Tier | None = None, extra: Sequence[ArchivedPartition] = ()) -> bool:
+        """Merge the staged records of a batch (and ``extra`` records in hand) into its blob; safe
+        against concurrent sealers: the write is refused if blob or staging changed since read.
 
         ``tier`` is the tier the caller has just read (saves a round trip per batch); without
         it the tier is read here.
@@ -216,39 +220,71 @@ class ArchiveLayer:
             pipe.get(batch_key)
             pipe.hgetall(stage_key)
             blob, staged = pipe.execute()
-            if not staged:
-                self.redis.zrem(self.keys.open_batches, str(batch_no))
-                return False
-            records = {p.partition_id: p for p in self._decode_existing(batch_no, blob)}
-            staged_json_bytes = 0
-            for field, raw in staged.items():
-                try:
-                    part = as_archived(parse_archived(raw))
-                except DecodeError as exc:
-                    self._dead_letter(f"stage:{batch_no}:{as_text(field)}", f"corrupt staged record: {exc}", raw)
-                    continue
-                records[part.partition_id] = part
-                staged_json_bytes += len(raw)
-            if not records:  # only corrupt records were staged: drop just those fields
-                self.redis.hdel(stage_key, *staged.keys())
-                continue
-            merged = [records[pid] for pid in sorted(records)]
-            workers = self.workers.register(p.worker_id for p in merged)
-            new_blob = encode_blob(merged, workers)
-            expire_at = 0
-            if (tier or self.tier()) is Tier.SUMMARY:
-                expire_at = max(p.completed_at for p in merged) + self.policy.retention_s
-            digest = hashlib.sha1(blob).hexdigest() if blob else ""
-            sealed = self._scripts("seal", [batch_key, stage_key], [digest, len(staged), new_blob, expire_at])
-            if int(sealed):
-                self.seals[batch_no] += 1
-                pipe = self.redis.pipeline(transaction=False)
-                pipe.zrem(self.keys.open_batches, str(batch_no))
-                pipe.hincrby(self.keys.archive_meta, "sealed_json_bytes", staged_json_bytes)
-                pipe.hincrby(self.keys.archive_meta, "sealed_blob_bytes", len(new_blob) - len(blob or b""))
-                pipe.execute()
-                return True
+            sealed = self._seal_write(batch_no, blob, staged, extra, tier)
+            if sealed is not None:
+                return sealed
         raise RuntimeError(f"batch {batch_no}: gave up sealing after {_SEAL_RETRIES} conflicts")
+
+    def seal_many(self, batches: dict[int, list[ArchivedPartition]], tier: Tier | None = None) -> int:
+        """Seal several batches with records in hand (a bulk import): their blobs and staging are
+        read in one round trip, each batch is encoded once; a batch changed meanwhile is retried."""
+        numbers = sorted(batches)
+        pipe = self.redis.pipeline(transaction=False)
+        for b in numbers:
+            pipe.get(self.keys.batch(b))
+            pipe.hgetall(self.keys.staging(b))
+        replies = pipe.execute()
+        tier = tier or self.tier()
+        self.workers.register({p.worker_id for parts in batches.values() for p in parts})
+        sealed = 0
+        for i, b in enumerate(numbers):
+            done = self._seal_write(b, replies[2 * i], replies[2 * i + 1], batches[b], tier)
+            sealed += bool(self.seal(b, tier, batches[b]) if done is None else done)
+        return sealed
+
+    def _seal_write(
+        self, batch_no: int, blob: bytes | None, staged: dict[bytes, bytes], extra: Sequence[ArchivedPartition],
+        tier: Tier | None,
+    ) -> bool | None:
+        """Encode blob + staging + extra and write it if nothing changed; None means read again."""
+        if not staged and not extra:
+            self.redis.zrem(self.keys.open_batches, str(batch_no))
+            return False
+        records = {p.partition_id: p for p in self._decode_existing(batch_no, blob)}
+        json_bytes = 0
+        for field, raw in staged.items():
+            try:
+                part = as_archived(parse_archived(raw))
+            except DecodeError as exc:
+                self._dead_letter(f"stage:{batch_no}:{as_text(field)}", f"corrupt staged record: {exc}", raw)
+                continue
+            records[part.partition_id] = part
+            json_bytes += len(raw)
+        for part in extra:
+            records[part.partition_id] = part
+        if extra:  # the archived JSON these records would have had: the list form plus the member names
+            as_lists = len(orjson.dumps(list(map(tuple, extra)))) - 1 - len(extra)
+            json_bytes += as_lists + _ARCHIVED_JSON_NAMES * len(extra)
+        if not records:  # only corrupt records were staged: drop just those fields
+            self.redis.hdel(self.keys.staging(batch_no), *staged.keys())
+            return None
+        merged = [records[pid] for pid in sorted(records)]
+        workers = self.workers.register(p.worker_id for p in merged)
+        new_blob = encode_blob(merged, workers)
+        expire_at = 0
+        if (tier or self.tier()) is Tier.SUMMARY:
+            expire_at = max(p.completed_at for p in merged) + self.policy.retention_s
+        digest = hashlib.sha1(blob).hexdigest() if blob else ""
+        keys = [self.keys.batch(batch_no), self.keys.staging(batch_no)]
+        if not int(self._scripts("seal", keys, [digest, len(staged), new_blob, expire_at])):
+            return None
+        self.seals[batch_no] += 1
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zrem(self.keys.open_batches, str(batch_no))
+        pipe.hincrby(self.keys.archive_meta, "sealed_json_bytes", json_bytes)
+        pipe.hincrby(self.keys.archive_meta, "sealed_blob_bytes", len(new_blob) - len(blob or b""))
+        pipe.execute()
+        return True
 
     def _decode_existing(self, batch_no: int, blob: bytes | None) -> list[ArchivedPartition]:
         """Records already sealed in a batch. A corrupt blob is copied to the quarantine key (its

@@ -18,13 +18,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
+import orjson
 import redis
 
 from codec import ArchivedPartition, DecodeError, ValidationError
 from codec.elk import ElkRecord, ElkWorker, decode_elk, decode_elk_worker
-from codec.elk_batch import decode_elk_batch
+from codec.elk_batch import ElkBatchEntry, decode_elk_batch
+from codec.gojson import GoTime
 from layers.active import MAX_PARTITION_ID
 from layers.errors import WrongKeyType
 from layers.keys import ElkKeys
@@ -44,16 +46,27 @@ class Rejected:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class Item:
-    """A completed partition found in a source, ready to import."""
+class Item(NamedTuple):
+    """A completed partition found in a source, ready to import.
 
-    record: ElkRecord
+    ``raw`` is the source value (the record's own bytes, or its whole batch); ``record`` the Go
+    record, whose bytes are what the simple tier keeps.
+    """
+
+    record: ElkRecord | None
     archived: ArchivedPartition
     source: str
     field: str
     raw: bytes
     flag: str | None = None
+
+    @property
+    def detail(self) -> bytes:
+        """The Go record's bytes: as stored in the source when it held the record alone."""
+        if self.source != "batch":
+            return self.raw
+        assert self.record is not None
+        return self.record.to_json()
 
 
 @dataclass
@@ -156,10 +169,23 @@ class ElkSource:
         for fld, raw in self.redis.hscan_iter(key, count=_SCAN_COUNT):
             yield as_text(fld), raw
 
+    def in_pid_order(self, key: str) -> Iterator[tuple[str, bytes]]:
+        """Every field of a hash whose fields are partition ids, in id order (HKEYS, then HMGET by
+        1,000), so an import touches each batch and statistics range in one stretch."""
+        names: Any = self.redis.hkeys(key)
+        ordered = sorted(as_text(n) for n in names)
+        ordered.sort(key=lambda f: (0, int(f), f) if f.isdigit() and f.isascii() else (1, 0, f))
+        for start in range(0, len(ordered), _SCAN_COUNT):
+            chunk = ordered[start : start + _SCAN_COUNT]
+            values: Any = self.redis.hmget(key, chunk)
+            for fld, raw in zip(chunk, values, strict=True):
+                if raw is not None:
+                    yield fld, raw
+
     def completed_in_hash(self, source: str) -> Iterator[Item | Rejected]:
-        """Completed records of the active hash (``source='active'``) or of ``elk_archived``."""
+        """Completed records of the active hash (``source='active'``) or of ``elk_archived``, in id order."""
         key = self.keys.partitions if source == "active" else self.keys.archived
-        for fld, raw in self.scan(key):
+        for fld, raw in self.in_pid_order(key):
             try:
                 rec = decode_elk(raw)
             except DecodeError as exc:
@@ -171,11 +197,39 @@ class ElkSource:
                 continue
             yield _item(rec, source, fld, raw)
 
+    def completed_pids(self, source: str) -> Iterator[tuple[int, str, bytes]]:
+        """(pid, field, value) of every record that says it is completed, read without its times:
+        for the verification and deletion passes, which only need to know which ids to look up."""
+        if source == "batch":
+            for fld, raw in self.scan(self.keys.compressed):
+                try:
+                    entries = decode_elk_batch(raw)
+                except DecodeError:
+                    continue
+                for entry in entries:
+                    if entry.status == "completed":
+                        yield entry.partition_id, fld, raw
+            return
+        key = self.keys.partitions if source == "active" else self.keys.archived
+        for fld, raw in self.scan(key):
+            try:
+                data = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+            if type(data) is dict and data.get("status") == "completed":
+                pid = data.get("partition_id")
+                if type(pid) is int and 1 <= pid <= MAX_PARTITION_ID:
+                    yield pid, fld, raw
+
     def completed_in_batches(self) -> Iterator[Item | Rejected]:
-        """Records of every compressed batch, batches in field-name order (Go searches them in
-        no fixed order; copies of one id in two batches are the same completion)."""
-        fields = sorted(fld for fld, _ in self.scan(self.keys.compressed))
-        for name in fields:
+        """Records of every compressed batch, in id order; among copies of one id in several
+        batches (the same completion, compressed twice) the batch first by field name comes first.
+
+        A Go batch is a random subset of ids, so every batch is decoded before the first record
+        is given out (about 100 bytes of memory per record).
+        """
+        found: list[tuple[int, str, bytes, ElkBatchEntry]] = []
+        for name in sorted(fld for fld, _ in self.scan(self.keys.compressed)):
             raw: Any = self.redis.hget(self.keys.compressed, name)
             if raw is None:
                 continue
@@ -188,8 +242,11 @@ class ElkSource:
                 if entry.status != "completed":
                     yield Rejected("batch", f"{name}/{entry.partition_id}", f"status {entry.status!r} in a batch")
                     continue
-                worker, flag = self.resolve_worker(entry.worker_no, entry.updated_at)
-                yield _item(entry.to_record(worker), "batch", name, raw, flag)
+                found.append((entry.partition_id, name, raw, entry))
+        found.sort(key=lambda f: (f[0], f[1]))
+        for _, name, raw, entry in found:
+            worker, flag = self.resolve_worker(entry.worker_no, entry.updated_at)
+            yield _item(entry.to_record(worker), "batch", name, raw, flag)
 
     def survey(self) -> dict[str, FamilySurvey]:
         """Counts per family and status, time span of completions and bytes, reading every record."""
@@ -205,9 +262,9 @@ class ElkSource:
                 for _, raw in self.scan(key):
                     fam.entries += 1
                     try:
-                        rec = decode_elk(raw)
-                        fam.note(rec.status, rec.updated_at.seconds)
-                    except DecodeError:
+                        data = orjson.loads(raw)
+                        fam.note(str(data["status"]), GoTime.parse(data["updated_at"]).seconds)
+                    except (orjson.JSONDecodeError, DecodeError, KeyError, TypeError):
                         fam.by_status["<unreadable>"] += 1
             elif name == "compressed":
                 for _, raw in self.scan(key):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Sequence
+from functools import lru_cache
 
 from codec import ArchivedPartition
 from layers import KeySchema
@@ -59,31 +60,90 @@ def add_partitions(
     Per-worker fields are ``{worker_id}:c`` (count), ``:d`` (duration), ``:p`` (processed
     data), read back with ``rpartition(":")``, so a worker ID holding ``:`` is still
     unambiguous, and no worker registry round trip is needed to count.
+
+    The partitions are first summed in plain local tables (one pass, a few dict updates per
+    partition) and only the sums go to the builder: this runs for every archived partition.
     """
-    g, w = keys.stats_global, keys.stats_workers
-    for part in parts:
-        worker = part.worker_id
-        data, duration = part.processed_data, part.duration
-        builder.add(g, "completed", 1)
-        builder.add(g, "processed", data)
-        builder.add(g, "duration", duration)
-        builder.keep_max(g, "last_completed_at", part.completed_at)
-        r = keys.stats_range(part.partition_id // range_width)
-        for key in (w, r):
-            builder.add(key, f"{worker}:c", 1)
-            builder.add(key, f"{worker}:d", duration)
-            builder.add(key, f"{worker}:p", data)
-        builder.add(r, "count", 1)
-        builder.add(r, "data", data)
-        builder.add(r, "duration", duration)
-        builder.keep_min(r, "min_id", part.min_id)
-        builder.keep_max(r, "max_id", part.max_id)
-        builder.keep_min(r, "first_at", part.completed_at)
-        builder.keep_max(r, "last_at", part.completed_at)
-        when = dt.datetime.fromtimestamp(part.completed_at, dt.UTC)
-        day = keys.stats_day(when.strftime("%Y-%m-%d"))
-        builder.add(day, f"h{when.hour:02d}", 1)
-        builder.add(day, f"w:{worker}", 1)
+    if not parts:
+        return
+    workers: dict[str, list[int]] = {}
+    ranges: dict[int, list[int]] = {}
+    range_workers: dict[tuple[int, str], list[int]] = {}
+    hours: dict[int, int] = defaultdict(int)
+    day_workers: dict[tuple[int, str], int] = defaultdict(int)
+    processed = duration_sum = 0
+    last_at = parts[0].completed_at
+    for pid, lo, hi, worker, at, duration in parts:
+        data = hi - lo + 1
+        processed += data
+        duration_sum += duration
+        if at > last_at:
+            last_at = at
+        w = workers.get(worker)
+        if w is None:
+            workers[worker] = [1, duration, data]
+        else:
+            w[0] += 1
+            w[1] += duration
+            w[2] += data
+        r_no = pid // range_width
+        r = ranges.get(r_no)
+        if r is None:
+            ranges[r_no] = [1, data, duration, lo, hi, at, at]
+        else:
+            r[0] += 1
+            r[1] += data
+            r[2] += duration
+            if lo < r[3]:
+                r[3] = lo
+            if hi > r[4]:
+                r[4] = hi
+            if at < r[5]:
+                r[5] = at
+            if at > r[6]:
+                r[6] = at
+        rw = range_workers.get((r_no, worker))
+        if rw is None:
+            range_workers[(r_no, worker)] = [1, duration, data]
+        else:
+            rw[0] += 1
+            rw[1] += duration
+            rw[2] += data
+        hour = at // 3600
+        hours[hour] += 1
+        day_workers[(hour // 24, worker)] += 1
+    g = keys.stats_global
+    builder.add(g, "completed", len(parts))
+    builder.add(g, "processed", processed)
+    builder.add(g, "duration", duration_sum)
+    builder.keep_max(g, "last_completed_at", last_at)
+    for worker, (c, d, p) in workers.items():
+        builder.add(keys.stats_workers, f"{worker}:c", c)
+        builder.add(keys.stats_workers, f"{worker}:d", d)
+        builder.add(keys.stats_workers, f"{worker}:p", p)
+    for (r_no, worker), (c, d, p) in range_workers.items():
+        key = keys.stats_range(r_no)
+        builder.add(key, f"{worker}:c", c)
+        builder.add(key, f"{worker}:d", d)
+        builder.add(key, f"{worker}:p", p)
+    for r_no, (count, data, duration, lo, hi, first, last) in ranges.items():
+        key = keys.stats_range(r_no)
+        builder.add(key, "count", count)
+        builder.add(key, "data", data)
+        builder.add(key, "duration", duration)
+        builder.keep_min(key, "min_id", lo)
+        builder.keep_max(key, "max_id", hi)
+        builder.keep_min(key, "first_at", first)
+        builder.keep_max(key, "last_at", last)
+    for hour, n in hours.items():
+        builder.add(keys.stats_day(_day_name(hour // 24)), f"h{hour % 24:02d}", n)
+    for (day, worker), n in day_workers.items():
+        builder.add(keys.stats_day(_day_name(day)), f"w:{worker}", n)
+
+
+@lru_cache(maxsize=4096)
+def _day_name(day: int) -> str:
+    return day_of(day * 86400)
 
 
 def rollup_ops(
