@@ -66,6 +66,17 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     422: {"model": ErrorBody, "description": "invalid request"},
     503: {"model": ErrorBody, "description": "Redis unavailable"},
 }
+API_DESCRIPTION = """Read-only answers for any partition, from whichever layer holds it.
+
+**Large numbers.** `min_id` and `max_id` are signed 64-bit integers and are returned as exact JSON
+integers, also beyond 2^53 (e.g. `9223372036854775807`). JavaScript's `JSON.parse` rounds those: parse
+responses with a BigInt-aware parser (`json-bigint`, `lossless-json`) or read them in a language with
+64-bit integers.
+
+**Record formats.** A partition that came from elk_coordinator (or lives in a namespace writing Go's
+format) is returned with Go's members: RFC 3339 times with their zone and nanoseconds, `version`,
+`options`, `error`. Partarchive's own records have Unix-second times.
+"""
 PartitionId = Annotated[int, Path(ge=0, le=MAX_API_ID, description="partition id, 0 .. 2^53")]
 
 
@@ -87,7 +98,7 @@ def create_app(client: redis.Redis, config: Config) -> FastAPI:
         finally:
             REGISTRY.unregister(collector)
 
-    app = FastAPI(title="partarchive query router", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(title="partarchive query router", version="0.1.0", lifespan=lifespan, description=API_DESCRIPTION)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -18,6 +18,9 @@ from layers import ActiveLayer, ArchiveLayer
 from stats import StatsReader
 
 
+ARCHIVE_SOURCES = (Source.SIMPLE, Source.STAGING, Source.BATCH)
+
+
 @dataclass(frozen=True, slots=True)
 class DemoReport:
     partitions: int
@@ -122,7 +125,7 @@ def run_demo(
     for pid in pids:
         answer = router.get(pid)
         found += answer.found
-        in_archive += answer.source is Source.SIMPLE and not answer.degraded
+        in_archive += answer.source in ARCHIVE_SOURCES and not answer.degraded
     return DemoReport(
         partitions=len(pids),
         completed=stats["completed"],

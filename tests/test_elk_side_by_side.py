@@ -126,3 +126,29 @@ def test_failures_retries_and_stale_leases_across_both_sides(
     assert taken is not None and taken.partition_id == held.partition_id and taken.status is Status.CLAIMED
     assert decode_elk(real_redis.hget(sdk.keys.active, str(held.partition_id))).worker_id == "py-2"
     assert go.get(held.partition_id).worker_id == "py-2"  # the Go holder's next write is refused, as in Go
+
+
+def test_http_api_returns_go_records_with_exact_64_bit_ids(
+    engine_url: str, real_redis: redis.Redis, prefix: str
+) -> None:
+    import httpx
+
+    from tests.helpers import free_port, start_server
+
+    go = GoWorker(real_redis, prefix, "go-host-3")
+    go.create(1)
+    real_redis.hset(go.keys.stats, mapping={"max_partition_id": 1, "last_allocated_id": 2**63 - 1001})
+    sdk = ActiveLayer(real_redis, Config(namespace="elk", elk_prefix=prefix).keys)
+    created = sdk.create_partitions(2**63 - 1000, 2**63 - 1, 1000)
+    port = free_port()
+    proc = start_server(engine_url, "elk", port, "--elk-prefix", prefix)
+    try:
+        body = httpx.get(f"http://127.0.0.1:{port}/partitions/{created[0]}", timeout=10).json()
+        assert body["source"] == "active" and body["status"] == "pending"
+        assert body["partition"]["max_id"] == 2**63 - 1 and body["partition"]["min_id"] == 2**63 - 1000
+        assert body["partition"]["created_at"].endswith("Z") and body["partition"]["version"] == 1
+        docs = httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=10).json()
+        assert "BigInt" in docs["info"]["description"]
+    finally:
+        proc.terminate()
+        proc.wait(15)
