@@ -17,7 +17,6 @@ from archiver.router import QueryRouter, Source
 from layers import ActiveLayer, ArchiveLayer
 from stats import StatsReader
 
-
 ARCHIVE_SOURCES = (Source.SIMPLE, Source.STAGING, Source.BATCH)
 
 

@@ -40,7 +40,9 @@ def _go_records(n: int) -> Iterator[ElkRecord]:
         created = GoTime(p.completed_at - p.duration - 7, 366410794, 8 * 3600)
         updated = GoTime(p.completed_at, 623456807, 8 * 3600)
         beat = GoTime(p.completed_at - 30, 123456789, 8 * 3600)
-        yield ElkRecord(p.partition_id, p.min_id, p.max_id, p.worker_id, beat, "completed", updated, None, 5, "", created)
+        yield ElkRecord(
+            p.partition_id, p.min_id, p.max_id, p.worker_id, beat, "completed", updated, None, 5, "", created
+        )
 
 
 def _load_archived(client: redis.Redis, n: int) -> None:
@@ -52,10 +54,9 @@ def _load_archived(client: redis.Redis, n: int) -> None:
 def _load_batches(client: redis.Redis, n: int) -> None:
     keys = ElkKeys(PREFIX)
     workers = [f"worker{i}" for i in range(1, 33)]
-    client.zadd(
-        keys.workers,
-        {orjson.dumps({"worker_id": w, "register_time": "2024-06-01T00:00:00+08:00"}): i for i, w in enumerate(workers)},
-    )
+    registered = "2024-06-01T00:00:00+08:00"
+    members = {orjson.dumps({"worker_id": w, "register_time": registered}): i for i, w in enumerate(workers)}
+    client.zadd(keys.workers, members)  # type: ignore[arg-type]
     number = {w: i + 1 for i, w in enumerate(workers)}
     for k, chunk in enumerate(_chunks(_go_records(n), GO_BATCH)):  # type: ignore[arg-type]
         blob = encode_elk_batch([(r, number[r.worker_id]) for r in chunk])  # type: ignore[attr-defined]
@@ -107,9 +108,10 @@ def run() -> tuple[str, bool]:
         rows,
     )
     out += (
-        "import = reading the source, writing detail, counting statistics and sealing every batch once; end to end adds\n"
-        "the survey, the verification pass and deleting the source. B/p = used_memory growth per partition over an\n"
-        "empty baseline: before = the Go source, after = partarchive's compressed tier + index + statistics, source deleted.\n"
+        "import = reading the source, writing detail, counting statistics and sealing every batch once;\n"
+        "end to end adds the survey, the verification pass and deleting the source.\n"
+        "B/p = used_memory growth per partition over an empty baseline: before = the Go source,\n"
+        "after = partarchive's compressed tier + index + statistics, the source deleted.\n"
         f"target: import >= {TARGET_RATE:,}/s, memory from the Go source down to the compressed tier: "
         + ("met" if ok else "MISSED")
         + "\n"
