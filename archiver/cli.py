@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--output", metavar="FILE", help="write JSON Lines to FILE ('-' = stdout)")
     target.add_argument("--into-hash", metavar="KEY", help="HSET every record into this hash (e.g. Go's elk_archived)")
 
+    retention = sub.add_parser("retention", parents=[common], help="show or set the summary tier's retention")
+    retention.add_argument("seconds", nargs="?", type=int, help="new retention in seconds (stored; applies at once)")
+
     demo = sub.add_parser("demo", parents=[common], help="the whole system on an embedded engine")
     demo.add_argument("--partitions", type=int, default=20_000)
     demo.add_argument("--workers", type=int, default=8)
@@ -188,6 +191,9 @@ def cmd_status(args: argparse.Namespace, config: Config) -> int:
 
 def cmd_demo(args: argparse.Namespace, config: Config) -> int:
     from archiver.demo import run_demo
+    from archiver.logs import configure_logging
+
+    configure_logging("warning")  # the report is the output; warnings go to stderr
 
     if not 0 <= args.partitions <= 1_000_000:
         raise CliError("--partitions must be in 0..1000000")
@@ -237,6 +243,17 @@ def cmd_stats(args: argparse.Namespace, config: Config) -> int:
     return show_stats(client, config, range_no=args.range_no, day=args.day, as_json=args.json)
 
 
+def cmd_retention(args: argparse.Namespace, config: Config) -> int:
+    from layers import ArchiveLayer
+
+    archive = ArchiveLayer(connect(config.redis_url or DEFAULT_REDIS_URL), config.keys, config.policy)
+    if args.seconds is None:
+        print(f"retention {archive.retention_s()} s (summary tier: detail kept this long after completion)")
+    else:
+        print(f"retention set to {archive.set_retention(args.seconds)} s; reads and the sweep use it now")
+    return 0
+
+
 def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
     from archiver.migrate_cli import migrate_from_elk
 
@@ -259,6 +276,7 @@ COMMANDS = {
     "stats": cmd_stats,
     "demo": cmd_demo,
     "migrate": cmd_migrate,
+    "retention": cmd_retention,
     "export": cmd_export,
 }
 

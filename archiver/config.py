@@ -36,6 +36,8 @@ class Config:
     retention_s: int = _TIERS.retention_s
     seal_idle_s: float = _TIERS.seal_idle_s
     maintenance_interval_s: float = 1.0
+    maintenance_slice_s: float = 0.2
+    maintenance_lock_ttl_s: float = 30.0
     stats_flush_count: int = DEFAULT_FLUSH_COUNT
     stats_flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S
     stats_range_width: int = DEFAULT_RANGE_WIDTH

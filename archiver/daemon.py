@@ -37,11 +37,14 @@ from layers import (
     Tier,
     migrate_step,
 )
+from layers.maintenance import MaintenanceLock
 from stats import StatsAccumulator
 
 log = structlog.get_logger("partarchive.archiver")
 
 _HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: Maintenance time allowed per unit of archiving time while entries flow (1/4: archiving keeps 80%).
+MAINTENANCE_SHARE = 0.25
 
 
 def default_consumer_name() -> str:
@@ -71,8 +74,11 @@ class ArchiverDaemon:
             from archiver.migrate import ElkMigration
 
             self._adopter = ElkMigration(redis_client, config, config.elk_prefix)
+        self.lock = MaintenanceLock(redis_client, self.keys, self.consumer, config.maintenance_lock_ttl_s)
+        self.has_lock = False
         self._tier = Tier.SIMPLE
         self._pause_after_read_s = float(os.environ.get("PARTARCHIVE_FAULT_PAUSE_AFTER_READ", "0"))
+        self._pause_after_step_s = float(os.environ.get("PARTARCHIVE_FAULT_PAUSE_AFTER_STEP", "0"))
 
     def stop(self) -> None:
         """Ask the loop to finish the batch in hand and return."""
@@ -97,11 +103,13 @@ class ArchiverDaemon:
             )
         try:
             self.queue.ensure_group()
+            self.archive.set_retention(self.config.retention_s, only_if_unset=True)
             self._process(self.queue.read_own_pending(self.consumer, self.config.read_count))
             while not self._stop.is_set():
                 self._round_with_retry()
         finally:
             self.flush()
+            self.release_lock()
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             log.info("archiver stopped", consumer=self.consumer, archived=self.archived)
@@ -117,6 +125,14 @@ class ArchiverDaemon:
             self._note(self.stats.flush())
         except redis.RedisError as exc:
             log.warning("final flush failed; entries stay pending for another archiver", error=str(exc))
+
+    def release_lock(self) -> None:
+        if self.has_lock:
+            try:
+                self.lock.release()
+            except redis.RedisError as exc:
+                log.warning("could not release the maintenance lock; it expires by itself", error=str(exc))
+            self.has_lock = False
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if self._stop.is_set():
@@ -152,25 +168,47 @@ class ArchiverDaemon:
         entries = self.queue.take_over(self.consumer, cfg.claim_idle_ms, cfg.read_count)
         if entries:
             log.info("took over idle entries", count=len(entries))
-        else:
+        started = time.monotonic()
+        if not entries:
             entries = self.queue.read_new(self.consumer, cfg.read_count, cfg.block_ms)
-        return self._process(entries) + self.maintain()
+            started = time.monotonic()  # the wait for new entries is idle time, not work
+        handled = self._process(entries)
+        return handled + self.maintain(busy_s=time.monotonic() - started if handled else 0.0)
 
-    def maintain(self, *, force: bool = False) -> int:
-        """Seal idle batches and advance tier transitions, at most every ``maintenance_interval_s``."""
+    def maintain(self, *, force: bool = False, busy_s: float = 0.0) -> int:
+        """Flush due statistics; seal idle batches (every ``maintenance_interval_s``); and, holding
+        the maintenance lock, advance tier moves, expiry sweeps and adoption.
+
+        Maintenance yields to the live queue: after a round that archived entries it gets a
+        quarter of the time that round took (so archiving keeps four fifths of the process);
+        after an idle round, a slice of ``maintenance_slice_s``.
+        """
         flushed = 0
         if self.stats.due():
             flushed = self.stats.pending
             self._note(self.stats.flush())
         now = time.monotonic()
-        if not force and now < self._next_maintenance:
-            return flushed
-        self._next_maintenance = now + self.config.maintenance_interval_s
-        sealed = self.archive.seal_idle()
-        moved = migrate_step(self.archive)
-        if sealed or moved:
-            log.info("maintenance", sealed=sealed, migrated=moved, tier=self.archive.tier().value)
-        return flushed + sealed + moved + self._adopt(now)
+        done = 0
+        if force or now >= self._next_maintenance:
+            self._next_maintenance = now + self.config.maintenance_interval_s
+            done += self.archive.seal_idle()
+            held = self.lock.acquire()
+            if held != self.has_lock:
+                log.info("maintenance lock " + ("taken" if held else "lost"), holder=self.lock.holder_now())
+            self.has_lock = held
+        if not self.has_lock:
+            return flushed + done
+        deadline = time.monotonic() + (busy_s * MAINTENANCE_SHARE if busy_s else self.config.maintenance_slice_s)
+        steps = 0
+        while step := migrate_step(self.archive):
+            steps += step
+            if self._pause_after_step_s:  # fault injection for the crash tests
+                time.sleep(self._pause_after_step_s)
+            if time.monotonic() >= deadline:
+                break
+        if steps:
+            log.debug("maintenance", items=steps, tier=self.archive.tier().value)
+        return flushed + done + steps + self._adopt(now)
 
     def _adopt(self, now: float) -> int:
         """Import what elk_coordinator's Go workers completed (``adopt_elk``), every ``adopt_interval_s``."""
@@ -228,6 +266,7 @@ def run_until(daemon: ArchiverDaemon, done: Callable[[], bool], poll_s: float = 
         if daemon.run_once() == 0:
             time.sleep(poll_s)
     daemon.flush()
+    daemon.release_lock()
 
 
 def drain(daemon: ArchiverDaemon) -> int:
@@ -237,4 +276,5 @@ def drain(daemon: ArchiverDaemon) -> int:
     while n := daemon.run_once():
         handled += n
     daemon.flush()
+    daemon.release_lock()
     return handled

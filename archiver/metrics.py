@@ -17,9 +17,10 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from codec import ACTIVE_STATUSES
-from layers import KeySchema, Tier
+from layers import ArchiveLayer, KeySchema, Tier
 from layers.queue import oldest_pending_age
 from layers.replies import as_text
+from layers.transitions import transition_state
 
 log = structlog.get_logger("partarchive.metrics")
 
@@ -108,6 +109,36 @@ class LayerStateCollector(Collector):
         ratio = int(meta.get("sealed_json_bytes", 0)) / blob_bytes if blob_bytes else 0.0
         yield GaugeMetricFamily(
             "partarchive_compression_ratio", "JSON bytes over sealed blob bytes, over every seal so far.", value=ratio
+        )
+        state = transition_state(ArchiveLayer(self.redis, self.keys))
+        yield GaugeMetricFamily(
+            "partarchive_transition_backlog",
+            "Records still in the simple hash above the simple tier.",
+            value=state.simple_left,
+        )
+        yield GaugeMetricFamily(
+            "partarchive_transition_rate", "Records moved per second since the move started.", value=state.move_rate
+        )
+        yield GaugeMetricFamily(
+            "partarchive_transition_eta_seconds",
+            "Estimated seconds until the move finishes (-1 unknown).",
+            value=-1 if state.move_eta_s is None else state.move_eta_s,
+        )
+        yield GaugeMetricFamily(
+            "partarchive_expired_share",
+            "Share of archived partitions whose detail has expired.",
+            value=state.expired_share,
+        )
+        yield GaugeMetricFamily(
+            "partarchive_expiry_lag_seconds",
+            "How far the expiry sweep is behind the retention policy.",
+            value=state.expiry_lag_s,
+        )
+        yield GaugeMetricFamily(
+            "partarchive_expiry_sweep_seconds", "Duration of the last expiry sweep step.", value=state.last_sweep_s
+        )
+        yield GaugeMetricFamily(
+            "partarchive_retention_seconds", "The stored retention policy of the summary tier.", value=state.retention_s
         )
         stats_meta = {as_text(a): as_text(b) for a, b in stats_meta.items()}
         yield GaugeMetricFamily(

@@ -19,10 +19,12 @@ they go to the reject list with the reason.
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, TypeVar
@@ -89,6 +91,17 @@ class MigrationReport:
         }
 
 
+@contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
     it = iter(items)
     while chunk := list(islice(it, size)):
@@ -127,11 +140,12 @@ class ElkMigration:
         completed = sum(report.survey[n].by_status.get("completed", 0) for n in families)
         projected = self.archive.archived_total() + completed
         batched = self.config.policy.tier_for(projected) is not Tier.SIMPLE or self.archive.tier() is not Tier.SIMPLE
-        found = self._collect(report, keep_detail=not batched)
-        for chunk in self._batch_aligned(sorted(found)):
-            self._import([found.pop(pid) for pid in chunk], report, batched=batched)
-            if progress:
-                progress(len(chunk))
+        with _no_cyclic_gc():  # millions of small tuples, none in a cycle: the collector would only rescan them
+            found = self._collect(report, keep_detail=not batched)
+            for chunk in self._batch_aligned(sorted(found)):
+                self._import([found.pop(pid) for pid in chunk], report, batched=batched)
+                if progress:
+                    progress(len(chunk))
         if batched:
             self.archive.seal_all()  # what an interrupted earlier run left staged
         report.import_s = round(time.monotonic() - importing, 3)

@@ -9,6 +9,7 @@ the router falls back; it never raises out of `get`.
 from __future__ import annotations
 
 import enum
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -113,13 +114,17 @@ class QueryRouter:
         pipe.hget(k.staging(batch_no), str(pid))
         pipe.get(k.batch(batch_no))
         pipe.getbit(k.done, pid)
-        active, indexed, simple, staged, blob, done = pipe.execute()
+        pipe.zscore(k.expiry, str(batch_no))
+        pipe.hget(k.archive_meta, "retention_s")
+        active, indexed, simple, staged, blob, done, newest, retention = pipe.execute()
         if active is not None:
             return self._record(pid, Source.ACTIVE, active, decode_active)
         for source, raw in ((Source.SIMPLE, simple), (Source.STAGING, staged)):
             if raw is not None:
                 return self._record(pid, source, raw, parse_archived)
         problem, corrupt = "archived, but its detail has expired", False
+        if blob is not None and newest is not None and self._expired(newest, retention):
+            blob = None  # past its retention: the sweep has not deleted it yet, reads already do not see it
         if blob is not None:
             try:
                 records = self.archive.decode_batch(blob)
@@ -138,6 +143,13 @@ class QueryRouter:
         if done:
             return Answer(pid, Source.QUEUE, None, True, "completed, waiting in the archive queue")
         return Answer(pid, Source.NONE, detail="no such partition")
+
+    def _expired(self, newest: float, retention: bytes | None) -> bool:
+        try:
+            keep = self.archive.policy.retention_s if retention is None else int(retention)
+        except ValueError:
+            return False  # a tampered policy never hides data; `status` reports it
+        return newest + keep <= time.time()
 
     def _record(self, pid: int, source: Source, raw: bytes, parse: Callable[[bytes], Any]) -> Answer:
         try:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
+import socket
 
 import redis
 from tqdm import tqdm
 
 from archiver.config import Config
 from archiver.output import print_json
-from codec import ValidationError
+from codec import PartArchiveError, ValidationError
+from layers.maintenance import MaintenanceLock
 from stats import StatsChecker, StatsReader
 
 
@@ -74,13 +77,24 @@ def show_stats(client: redis.Redis, config: Config, *, range_no: int | None, day
 
 def verify_stats(client: redis.Redis, config: Config, *, repair: bool, as_json: bool) -> int:
     checker = StatsChecker(client, config.keys, policy=config.policy)
-    with tqdm(desc="checking batches", unit="batch", disable=as_json, leave=False) as bar:
+    lock = MaintenanceLock(client, config.keys, f"stats-repair-{socket.gethostname()}-{os.getpid()}")
+    if repair and not lock.acquire():
+        raise PartArchiveError(
+            f"the maintenance lock is held by {lock.holder_now()!r}; repair runs alone: try again when it is free"
+        )
+    try:
+        with tqdm(desc="checking batches", unit="batch", disable=as_json, leave=False) as bar:
 
-        def progress(done: int, total: int) -> None:
-            bar.total = total
-            bar.update(done - bar.n)
+            def progress(done: int, total: int) -> None:
+                bar.total = total
+                bar.update(done - bar.n)
+                if repair:
+                    lock.renew()
 
-        report = checker.check(repair=repair, progress=progress)
+            report = checker.check(repair=repair, progress=progress)
+    finally:
+        if repair:
+            lock.release()
     if as_json:
         print_json(report.to_dict())
     else:

@@ -8,6 +8,7 @@ import redis
 
 from archiver.config import Config
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue
+from layers.transitions import transition_state
 
 
 def collect_status(client: redis.Redis, config: Config) -> dict[str, Any]:
@@ -26,6 +27,7 @@ def collect_status(client: redis.Redis, config: Config) -> dict[str, Any]:
             "open_batches": archive.open_batch_count(),
             "compression_ratio": archive.compression_ratio(),
         },
+        "transition": transition_state(archive).to_dict(),
         "queue": {
             "backlog": queue.length,
             "pending": queue.pending,
@@ -42,6 +44,20 @@ def collect_status(client: redis.Redis, config: Config) -> dict[str, Any]:
     }
 
 
+def _backlog(t: dict[str, Any]) -> str:
+    if not t["simple_left"]:
+        return f"none ({t['moved']:,} moved)" if t["moved"] else "none"
+    eta = "unknown" if t["move_eta_s"] is None else f"{t['move_eta_s']:,.0f} s"
+    return f"{t['simple_left']:,} records in the simple hash, {t['move_rate']:,.0f}/s, ETA {eta}"
+
+
+def _retention(t: dict[str, Any]) -> str:
+    text = f"{t['retention_s']:,} s; {t['expired']:,} expired ({t['expired_share']:.2%})"
+    if t["expiry_lag_s"]:
+        text += f", sweep behind by {t['expiry_lag_s']:,.0f} s"
+    return text
+
+
 def format_status(report: dict[str, Any]) -> str:
     a, ar, q = report["active"], report["archive"], report["queue"]
     by_status = ", ".join(f"{k} {v}" for k, v in a["by_status"].items())
@@ -53,6 +69,8 @@ def format_status(report: dict[str, Any]) -> str:
         ("in the simple hash", ar["simple_tier"]),
         ("open batches", ar["open_batches"]),
         ("compression ratio", f"{ar['compression_ratio']}x" if ar["compression_ratio"] else "-"),
+        ("tier move backlog", _backlog(report["transition"])),
+        ("retention (summary)", _retention(report["transition"])),
         ("queue backlog", f"{q['backlog']} ({q['pending']} pending, oldest {q['oldest_pending_age_s']} s)"),
         ("queue lag", "-" if q["lag"] is None else q["lag"]),
         ("dead letters", q["dead_letters"]),

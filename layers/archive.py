@@ -3,7 +3,9 @@
 simple      one JSON per partition in the hash ``elk_completed``
 compressed  records wait in a per-batch staging hash, then are sealed into one framed,
             encoded blob per batch (``elk_completed:batch:{pid // batch_size}``)
-summary     as compressed, and each batch expires ``retention`` after its newest completion
+summary     as compressed, and each batch expires ``retention`` after its newest completion: the
+            batch goes into the expiry index when sealed, reads treat it as expired from then
+            on, and the maintenance sweep deletes it (the retention is a stored, changeable policy)
 
 Writing a partition is two idempotent steps: its detail (simple hash or staging), then the
 commit (index bit, total, tier, acknowledgement). A partition that came from elk_coordinator
@@ -63,6 +65,29 @@ class ArchiveLayer:
         stored = Tier(as_text(raw[0])) if raw[0] else Tier.SIMPLE
         wanted = self.policy.tier_for(int(raw[1] or 0))
         return wanted if wanted.rank > stored.rank else stored
+
+    def retention_s(self) -> int:
+        """The summary tier's retention: the stored policy, else the configured one."""
+        raw = self.redis.hget(self.keys.archive_meta, "retention_s")
+        if raw is None:
+            return self.policy.retention_s
+        try:
+            value = int(raw)  # type: ignore[arg-type]
+        except ValueError:
+            raise DecodeError(f"{self.keys.archive_meta} retention_s is not a number: {as_text(raw)[:40]!r}") from None
+        if value < 0:
+            raise DecodeError(f"{self.keys.archive_meta} retention_s is negative")
+        return value
+
+    def set_retention(self, seconds: int, *, only_if_unset: bool = False) -> int:
+        """Store the retention policy (every replica and the router read it); returns the one in force."""
+        if isinstance(seconds, bool) or not isinstance(seconds, int) or not 0 <= seconds <= 100 * 365 * 86400:
+            raise ValidationError(f"retention must be 0..100 years in seconds, got {seconds!r}")
+        if only_if_unset:
+            self.redis.hsetnx(self.keys.archive_meta, "retention_s", seconds)
+        else:
+            self.redis.hset(self.keys.archive_meta, "retention_s", seconds)
+        return self.retention_s()
 
     def check_batch_size(self) -> None:
         """Record the batch size on first use; a different one later would misplace every lookup."""
@@ -271,15 +296,14 @@ class ArchiveLayer:
         merged = [records[pid] for pid in sorted(records)]
         workers = self.workers.register(p.worker_id for p in merged)
         new_blob = encode_blob(merged, workers)
-        expire_at = 0
-        if (tier or self.tier()) is Tier.SUMMARY:
-            expire_at = max(p.completed_at for p in merged) + self.policy.retention_s
         digest = hashlib.sha1(blob).hexdigest() if blob else ""
         keys = [self.keys.batch(batch_no), self.keys.staging(batch_no)]
-        if not int(self._scripts("seal", keys, [digest, len(staged), new_blob, expire_at])):
+        if not int(self._scripts("seal", keys, [digest, len(staged), new_blob])):
             return None
         self.seals[batch_no] += 1
         pipe = self.redis.pipeline(transaction=False)
+        if (tier or self.tier()) is Tier.SUMMARY:
+            pipe.zadd(self.keys.expiry, {str(batch_no): max(p.completed_at for p in merged)})
         pipe.zrem(self.keys.open_batches, str(batch_no))
         pipe.hincrby(self.keys.archive_meta, "sealed_json_bytes", json_bytes)
         pipe.hincrby(self.keys.archive_meta, "sealed_blob_bytes", len(new_blob) - len(blob or b""))

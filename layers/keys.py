@@ -199,6 +199,16 @@ class KeySchema:
         return f"{self._tagged}_completed:meta"
 
     @property
+    def expiry(self) -> str:
+        """Sorted set (summary tier): batch number, score = newest completion in it (unix s)."""
+        return f"{self._tagged}_completed:expiry"
+
+    @property
+    def maintenance_lock(self) -> str:
+        """String: the replica doing tier moves, sweeps and compaction, with a time to live."""
+        return f"{self._tagged}_maintenance:lock"
+
+    @property
     def open_batches(self) -> str:
         """Sorted set of batch numbers with staged records, score = last staging time (unix ms)."""
         return f"{self._tagged}_completed:open"

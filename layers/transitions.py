@@ -1,90 +1,266 @@
-"""Background tier transitions, in bounded, resumable, idempotent steps.
+"""Background tier transitions and expiry, in bounded, resumable, idempotent steps.
 
-simple -> compressed: move records out of the simple hash into sealed batches. Each step
-takes a chunk with ``HSCAN 0`` (the hash only shrinks, so the hash itself is the cursor),
-seals the chunk's batches, and only then deletes the chunk from the hash: a reader finds
-every partition in one place or the other, and a crash just repeats the step.
+simple -> compressed: walk the simple hash in partition order, batch by batch, with a cursor
+kept in the archive meta hash (``move_cursor``). The index bitmap says where archived
+partitions are (BITPOS skips the gaps), one HMGET per batch reads what the simple hash holds
+of it, and each batch is sealed once from its simple records, its staging and its blob
+together; only then are the simple records deleted (each only while it holds what was read),
+and only then does the cursor move on. A kill -9 anywhere repeats at most the batches in hand;
+readers find every partition in one place or the other throughout. Records that arrive behind
+the cursor (an archiver that read the tier just before it changed) are moved by a last pass
+over what is left, in id order. Nothing depends on how SCAN pages a hash.
 
--> summary: give every sealed batch its expiry (newest completion + retention), walking batch
-numbers with a cursor kept in the archive meta hash.
+-> summary: every sealed batch goes into the expiry index (batch -> newest completion). The
+sweep deletes the batches whose newest completion is older than the stored retention, reading
+only those: it costs what expires, not what is stored. The index bits and the statistics stay,
+so the router answers "expired" with the range summary.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+import time
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from codec import ArchivedPartition, DecodeError
-from codec.elk import ElkRecord, as_archived, parse_archived
+from codec.elk import as_archived, parse_archived
 from layers.archive import ArchiveLayer
 from layers.replies import as_text
+from layers.scripts import Scripts
 from layers.tiers import Tier
 
+_STRAGGLER_HKEYS_LIMIT = 100_000
+_EXPIRY_INDEX_STEP = 200
 
-def migrate_step(archive: ArchiveLayer) -> int:
-    """Do one bounded step of whatever transition is due; returns the items it handled (0 = idle)."""
+
+@dataclass(frozen=True, slots=True)
+class TransitionState:
+    tier: str
+    simple_left: int
+    move_cursor: int
+    last_batch: int
+    moved: int
+    move_rate: float
+    move_eta_s: float | None
+    expired: int
+    expired_share: float
+    expiry_indexed: bool
+    expiry_lag_s: float
+    last_sweep_s: float
+    retention_s: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def migrate_step(archive: ArchiveLayer, max_batches: int | None = None, now: float | None = None) -> int:
+    """Do one bounded step of whatever is due; returns the items it handled (0 = nothing to do)."""
     tier = archive.tier()
     if tier is Tier.SIMPLE:
         return 0
-    moved = _move_simple_chunk(archive, tier)
+    moved = move_simple_step(archive, tier, max_batches)
     if moved or tier is not Tier.SUMMARY:
         return moved
-    return _expire_batches_chunk(archive)
+    return index_expiry_step(archive) or sweep_expired(archive, now=now)
 
 
-def _move_simple_chunk(archive: ArchiveLayer, tier: Tier) -> int:
-    keys, policy = archive.keys, archive.policy
-    reply: Any = archive.redis.hscan(keys.completed, 0, count=policy.migrate_chunk)
-    raw = reply[1]
-    if not raw:
+def _batches_per_step(archive: ArchiveLayer, max_batches: int | None) -> int:
+    return max(1, max_batches or archive.policy.migrate_chunk // archive.policy.batch_size)
+
+
+def move_simple_step(archive: ArchiveLayer, tier: Tier, max_batches: int | None = None) -> int:
+    """Move the next batches' worth of the simple hash into sealed batches; 0 once it is empty."""
+    r, keys, policy = archive.redis, archive.keys, archive.policy
+    if not r.hlen(keys.completed):
         return 0
-    parts: list[ArchivedPartition | ElkRecord] = []
-    corrupt: list[tuple[Any, Any]] = []
-    for field, value in raw.items():
-        try:
-            rec = parse_archived(value)
-            as_archived(rec)
-            parts.append(rec)
-        except DecodeError:
-            corrupt.append((field, value))
-    by_batch: dict[int, list[ArchivedPartition | ElkRecord]] = defaultdict(list)
-    for part in parts:
-        by_batch[policy.batch_of(part.partition_id)].append(part)
-    archive.stage(parts)
-    for batch_no in sorted(by_batch):
-        archive.seal(batch_no, tier)
-    pipe = archive.redis.pipeline(transaction=False)
-    for field, value in corrupt:
-        pipe.xadd(
-            keys.dead_letter, {"entry": f"simple:{as_text(field)}", "reason": "corrupt simple-tier record", "p": value}
-        )
-    pipe.hdel(keys.completed, *raw.keys())
+    meta: Any = r.hmget(keys.archive_meta, ["move_cursor", "max_pid"])
+    cursor = int(meta[0] or 0)
+    last_batch = policy.batch_of(int(meta[1] or 0))
+    count = _batches_per_step(archive, max_batches)
+    if cursor > last_batch:
+        return _move_stragglers(archive, tier, count)
+    first_pid: Any = r.bitpos(keys.index, 1, (cursor * policy.batch_size) // 8)
+    if first_pid < 0 or policy.batch_of(first_pid) > last_batch:
+        r.hset(keys.archive_meta, "move_cursor", last_batch + 1)
+        return 1
+    first = max(cursor, policy.batch_of(first_pid))
+    numbers = list(range(first, min(last_batch, first + count - 1) + 1))
+    moved = _move_batches(archive, tier, {b: _batch_pids(archive, b) for b in numbers})
+    pipe = r.pipeline(transaction=False)
+    pipe.hsetnx(keys.archive_meta, "move_started_at", int(time.time()))
+    pipe.hset(keys.archive_meta, "move_cursor", numbers[-1] + 1)
+    pipe.hincrby(keys.archive_meta, "moved", moved)
     pipe.execute()
-    return len(raw)
+    return max(moved, 1)
 
 
-def _expire_batches_chunk(archive: ArchiveLayer) -> int:
-    keys, policy, r = archive.keys, archive.policy, archive.redis
+def _batch_pids(archive: ArchiveLayer, batch_no: int) -> list[str]:
+    size = archive.policy.batch_size
+    return [str(p) for p in range(max(1, batch_no * size), (batch_no + 1) * size)]
+
+
+def _move_stragglers(archive: ArchiveLayer, tier: Tier, count: int) -> int:
+    """Records left in the simple hash behind the cursor, the lowest batches first."""
+    r, keys = archive.redis, archive.keys
+    if int(r.hlen(keys.completed)) <= _STRAGGLER_HKEYS_LIMIT:  # type: ignore[arg-type]
+        names: Any = r.hkeys(keys.completed)
+    else:  # a full HSCAN iteration, cursor followed to 0 (pages may be empty on the way)
+        names = [fld for fld, _ in r.hscan_iter(keys.completed, count=1000)]
+    by_batch: dict[int, list[str]] = {}
+    for name in names:
+        text = as_text(name)
+        pid = int(text) if text.isdigit() else 0
+        by_batch.setdefault(archive.policy.batch_of(pid), []).append(text)
+    chosen = {b: by_batch[b] for b in sorted(by_batch)[:count]}
+    moved = _move_batches(archive, tier, chosen)
+    r.hincrby(keys.archive_meta, "moved", moved)
+    return max(moved, 1) if chosen else 0
+
+
+def _move_batches(archive: ArchiveLayer, tier: Tier, fields: dict[int, list[str]]) -> int:
+    """Seal each batch once with its simple records, then delete those records (if unchanged)."""
+    r, keys = archive.redis, archive.keys
+    numbers = sorted(fields)
+    pipe = r.pipeline(transaction=False)
+    for b in numbers:
+        pipe.hmget(keys.completed, fields[b])
+    replies = pipe.execute()
+    found: dict[int, list[ArchivedPartition]] = {}
+    read: list[tuple[str, bytes]] = []
+    corrupt: list[tuple[str, bytes]] = []
+    for b, values in zip(numbers, replies, strict=True):
+        for name, raw in zip(fields[b], values, strict=True):
+            if raw is None:
+                continue
+            try:
+                part = as_archived(parse_archived(raw))
+            except DecodeError:
+                corrupt.append((name, raw))
+                continue
+            found.setdefault(archive.policy.batch_of(part.partition_id), []).append(part)
+            read.append((name, raw))
+    if found:
+        archive.seal_many(found, tier)
+    pipe = r.pipeline(transaction=False)
+    for name, raw in corrupt:
+        pipe.xadd(keys.dead_letter, {"entry": f"simple:{name}", "reason": "corrupt simple-tier record", "p": raw})
+    pipe.execute()
+    if read or corrupt:
+        _delete_unchanged(archive, [*read, *corrupt])
+    return len(read)
+
+
+def _delete_unchanged(archive: ArchiveLayer, pairs: list[tuple[str, bytes]]) -> None:
+    scripts = Scripts(archive.redis)
+    for start in range(0, len(pairs), 500):
+        args: list[Any] = []
+        for name, raw in pairs[start : start + 500]:
+            args += [name, raw]
+        scripts("hdel_if_equal", [archive.keys.completed], args)
+
+
+def index_expiry_step(archive: ArchiveLayer) -> int:
+    """Put batches sealed before the summary tier into the expiry index, a cursor walk (once)."""
+    r, keys, policy = archive.redis, archive.keys, archive.policy
     meta: Any = r.hmget(keys.archive_meta, ["expire_cursor", "max_pid"])
     cursor = int(meta[0] or 0)
     last_batch = policy.batch_of(int(meta[1] or 0))
     if cursor > last_batch:
         return 0
-    numbers = list(range(cursor, min(last_batch + 1, cursor + policy.migrate_chunk // 10 + 1)))
+    numbers = list(range(cursor, min(last_batch + 1, cursor + _EXPIRY_INDEX_STEP)))
     pipe = r.pipeline(transaction=False)
     for b in numbers:
         pipe.get(keys.batch(b))
-        pipe.ttl(keys.batch(b))
-    replies = pipe.execute()
-    pipe = r.pipeline(transaction=False)
-    for b, blob, ttl in zip(numbers, replies[::2], replies[1::2], strict=True):
-        if blob is None or ttl != -1:
+    blobs = pipe.execute()
+    newest: dict[str, int] = {}
+    for b, blob in zip(numbers, blobs, strict=True):
+        if blob is None:
             continue
         try:
-            newest = max(p.completed_at for p in archive.decode_batch(blob))
+            newest[str(b)] = max(p.completed_at for p in archive.decode_batch(blob))
         except DecodeError:
             continue  # left for the verify/repair tools; the router already degrades on it
-        pipe.expireat(keys.batch(b), newest + policy.retention_s)
+    pipe = r.pipeline(transaction=False)
+    if newest:
+        pipe.zadd(keys.expiry, newest, nx=True)  # type: ignore[arg-type]
     pipe.hset(keys.archive_meta, "expire_cursor", numbers[-1] + 1)
     pipe.execute()
     return len(numbers)
+
+
+def sweep_expired(archive: ArchiveLayer, now: float | None = None, limit: int = 200) -> int:
+    """Delete up to ``limit`` batches whose retention has passed; returns the partitions expired."""
+    r, keys = archive.redis, archive.keys
+    started = time.perf_counter()
+    now = time.time() if now is None else now
+    cutoff = int(now) - archive.retention_s()
+    due: Any = r.zrangebyscore(keys.expiry, "-inf", cutoff, start=0, num=limit)
+    if not due:
+        return 0
+    pipe = r.pipeline(transaction=False)
+    for b in due:
+        pipe.get(keys.batch(int(b)))
+    blobs = pipe.execute()
+    expired = 0
+    pipe = r.pipeline(transaction=False)
+    for b, blob in zip(due, blobs, strict=True):
+        if blob is not None:
+            try:
+                expired += len(archive.decode_batch(blob))
+            except DecodeError:
+                pipe.set(keys.quarantine(int(b)), blob)
+        pipe.delete(keys.batch(int(b)))
+        pipe.zrem(keys.expiry, b)
+    pipe.hincrby(keys.archive_meta, "expired", expired)
+    pipe.hset(
+        keys.archive_meta,
+        mapping={"last_sweep_s": round(time.perf_counter() - started, 6), "last_sweep_at": int(now)},
+    )
+    pipe.execute()
+    return max(expired, 1)
+
+
+_STATE_FIELDS = [
+    "move_cursor",
+    "max_pid",
+    "moved",
+    "expired",
+    "expire_cursor",
+    "move_started_at",
+    "total",
+    "last_sweep_s",
+]
+
+
+def transition_state(archive: ArchiveLayer, now: float | None = None) -> TransitionState:
+    """Where the tier transitions and the expiry stand: backlog, rate, ETA, expired share, lag."""
+    r, keys, policy = archive.redis, archive.keys, archive.policy
+    now = time.time() if now is None else now
+    pipe = r.pipeline(transaction=False)
+    pipe.hlen(keys.completed)
+    pipe.hmget(keys.archive_meta, _STATE_FIELDS)
+    pipe.zrange(keys.expiry, 0, 0, withscores=True)
+    left, raw, oldest = pipe.execute()
+    meta = dict(zip(_STATE_FIELDS, (int(float(v)) if v else 0 for v in raw), strict=True))
+    tier = archive.tier()
+    last_batch = policy.batch_of(meta["max_pid"])
+    backlog = int(left) if tier is not Tier.SIMPLE else 0
+    elapsed = now - meta["move_started_at"] if meta["move_started_at"] else 0.0
+    rate = meta["moved"] / elapsed if elapsed > 0 and meta["moved"] else 0.0
+    retention = archive.retention_s()
+    lag = max(0.0, now - retention - oldest[0][1]) if oldest else 0.0
+    return TransitionState(
+        tier=tier.value,
+        simple_left=backlog,
+        move_cursor=meta["move_cursor"],
+        last_batch=last_batch,
+        moved=meta["moved"],
+        move_rate=round(rate, 1),
+        move_eta_s=round(backlog / rate, 1) if backlog and rate else (0.0 if not backlog else None),
+        expired=meta["expired"],
+        expired_share=round(meta["expired"] / meta["total"], 6) if meta["total"] else 0.0,
+        expiry_indexed=meta["expire_cursor"] > last_batch,
+        expiry_lag_s=round(lag, 1),
+        last_sweep_s=float(raw[_STATE_FIELDS.index("last_sweep_s")] or 0),
+        retention_s=retention,
+    )

@@ -11,6 +11,7 @@ from archiver import ArchiverDaemon, Config
 from archiver.daemon import drain
 from codec import ArchivedPartition
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy
+from layers.maintenance import MaintenanceLock
 from stats import StatsAccumulator, StatsChecker, StatsReader
 from tests.conftest import Clock
 from tests.helpers import complete_partitions, kill_archiver_when, start_archiver, wait_for
@@ -262,8 +263,14 @@ def test_stats_cli(engine_url: str, real_redis: redis.Redis, namespace: str) -> 
     real_redis.hincrby(KeySchema(namespace).stats_workers, "w:c", 3)
     bad = run_cli(engine_url, namespace, "stats", "verify")
     assert bad.returncode == 1 and "difference" in bad.stdout
+    held = MaintenanceLock(real_redis, KeySchema(namespace), "someone")
+    assert held.acquire()
+    refused = run_cli(engine_url, namespace, "stats", "verify", "--repair")
+    assert refused.returncode == 2 and "held by 'someone'" in refused.stderr and refused.stderr.count("\n") == 1
+    held.release()
     fixed = run_cli(engine_url, namespace, "stats", "verify", "--repair")
     assert fixed.returncode == 0 and "repaired" in fixed.stdout
+    assert real_redis.get(KeySchema(namespace).maintenance_lock) is None
     assert run_cli(engine_url, namespace, "stats", "verify", "--json").returncode == 0
     assert run_cli(engine_url, namespace, "stats", "--range", "0").returncode == 0
     assert run_cli(engine_url, namespace, "stats", "--day", "not-a-day").returncode == 2

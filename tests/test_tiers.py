@@ -97,20 +97,23 @@ def test_summary_tier_expires_from_completion_time(real_redis: redis.Redis, name
     store(layer, parts(100, 100, completed_at=int(time.time())))
     store(layer, parts(1, 99, completed_at=NOW - 86400))  # a backfill: expires at once
     assert layer.tier() is Tier.SUMMARY
-    while migrate_step(layer):  # batch 1 was sealed before the tier moved up
+    q = router(real_redis, namespace, layer)
+    assert q.get(5).source is Source.EXPIRED  # read-time check: hidden before the sweep deleted it
+    while migrate_step(layer):  # indexes batches sealed before the tier moved up, then sweeps
         pass
     keys = layer.keys
     assert not real_redis.exists(keys.batch(0))
-    assert 0 < real_redis.ttl(keys.batch(1)) <= 3
-    q = router(real_redis, namespace, layer)
+    assert real_redis.exists(keys.batch(1)) and real_redis.ttl(keys.batch(1)) == -1
     old = q.get(5)
     assert old.source is Source.EXPIRED and old.degraded
     assert q.get(150).source is Source.BATCH
-    deadline = time.time() + 10
-    while real_redis.exists(keys.batch(1)) and time.time() < deadline:
-        time.sleep(0.2)
+    later = time.time() + 4
+    assert q.get(150).source is Source.BATCH
+    assert migrate_step(layer, now=later) == 100  # the sweep counts what it expires
+    assert not real_redis.exists(keys.batch(1)) and real_redis.zcard(keys.expiry) == 0
     assert q.get(150).source is Source.EXPIRED
     assert real_redis.getbit(keys.index, 150) == 1  # "ever completed" survives expiry
+    assert int(real_redis.hget(keys.archive_meta, "expired")) == 199  # type: ignore[arg-type]
 
 
 def test_simple_to_compressed_transition_moves_everything(real_redis: redis.Redis, namespace: str) -> None:
@@ -146,16 +149,17 @@ def test_simple_to_compressed_transition_moves_everything(real_redis: redis.Redi
     assert sealed < memory_before / 5
 
 
-def test_compressed_to_summary_applies_expiry_to_existing_batches(real_redis: redis.Redis, namespace: str) -> None:
+def test_compressed_to_summary_indexes_existing_batches_for_expiry(real_redis: redis.Redis, namespace: str) -> None:
     layer = archive_layer(real_redis, namespace, compressed_from=0, summary_above=300, retention_s=3600)
     store(layer, parts(1, 299))
-    assert all(real_redis.ttl(layer.keys.batch(b)) == -1 for b in range(3))
+    assert real_redis.zcard(layer.keys.expiry) == 0
     store(layer, parts(300, 100))
     assert layer.tier() is Tier.SUMMARY
     while migrate_step(layer):
         pass
-    ttls = [real_redis.ttl(layer.keys.batch(b)) for b in range(4)]
-    assert all(3000 < t <= 3600 for t in ttls), ttls
+    assert [int(b) for b in real_redis.zrange(layer.keys.expiry, 0, -1)] == [0, 1, 2, 3]
+    assert all(real_redis.ttl(layer.keys.batch(b)) == -1 for b in range(4))
+    assert migrate_step(layer, now=NOW + 3599) == 0 and migrate_step(layer, now=NOW + 3601) == 399
 
 
 def test_corrupt_batch_blob_degrades_and_is_counted(real_redis: redis.Redis, namespace: str) -> None:

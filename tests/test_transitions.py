@@ -1,0 +1,207 @@
+"""Tier transitions on the real engine: ordered once-per-batch moves, the maintenance lock, retention."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import redis
+
+from archiver import ArchiverDaemon, Config, QueryRouter, Source
+from archiver.daemon import drain
+from codec import ArchivedPartition
+from layers import ArchiveLayer, ArchiveQueue, KeySchema, Tier, TierPolicy, migrate_step
+from layers.maintenance import MaintenanceLock
+from layers.transitions import transition_state
+from stats import StatsChecker, StatsReader
+from tests.helpers import complete_partitions, start_archiver, wait_for
+
+NOW = int(time.time())
+
+
+def records(first: int, count: int, completed_at: int = NOW) -> list[ArchivedPartition]:
+    return [
+        ArchivedPartition(p, (p - 1) * 1000 + 1, p * 1000, f"worker{p % 7}", completed_at - p % 50, 300)
+        for p in range(first, first + count)
+    ]
+
+
+def fill_simple_tier(client: redis.Redis, keys: KeySchema, parts: list[ArchivedPartition], junk: int = 0) -> None:
+    """The simple tier as archiving leaves it (records, index bits, total), in bulk; with ``junk``
+    extra fields added and deleted again, so the hash table is large and mostly empty."""
+    pipe = client.pipeline(transaction=False)
+    for start in range(0, len(parts), 5000):
+        chunk = parts[start : start + 5000]
+        pipe.hset(keys.completed, mapping={str(p.partition_id): p.to_json() for p in chunk})  # type: ignore[arg-type]
+        for p in chunk:
+            pipe.setbit(keys.index, p.partition_id, 1)
+        pipe.execute()
+    for start in range(0, junk, 5000):
+        fields = {f"junk:{i}": b"x" * 40 for i in range(start, min(junk, start + 5000))}
+        client.hset(keys.completed, mapping=fields)  # type: ignore[arg-type]
+    for start in range(0, junk, 5000):
+        client.hdel(keys.completed, *[f"junk:{i}" for i in range(start, min(junk, start + 5000))])
+    client.hset(
+        keys.archive_meta,
+        mapping={"total": len(parts), "max_pid": max(p.partition_id for p in parts), "tier": "simple"},
+    )
+
+
+def everything_in_one_place(client: redis.Redis, layer: ArchiveLayer, parts: list[ArchivedPartition]) -> None:
+    q = QueryRouter(client, layer.keys, policy=layer.policy)
+    assert layer.simple_size() == 0 and layer.open_batch_count() == 0
+    stored: dict[int, ArchivedPartition] = {}
+    for b in range(layer.policy.batch_of(max(p.partition_id for p in parts)) + 1):
+        blob = client.get(layer.keys.batch(b))
+        for p in layer.decode_batch(blob) if blob else []:  # type: ignore[arg-type]
+            assert p.partition_id not in stored
+            stored[p.partition_id] = p
+    assert stored == {p.partition_id: p for p in parts}
+    for p in parts[:: max(1, len(parts) // 200)]:
+        assert q.get(p.partition_id).source is Source.BATCH
+
+
+def test_move_finishes_over_a_sparse_hash_and_seals_each_batch_once(real_redis: redis.Redis, namespace: str) -> None:
+    layer = ArchiveLayer(real_redis, KeySchema(namespace), TierPolicy(compressed_from=1000, summary_above=10**9))
+    parts = records(1, 30_000)
+    fill_simple_tier(real_redis, layer.keys, parts, junk=60_000)  # once a page of HSCAN 0 could come back empty
+    assert layer.tier() is Tier.COMPRESSED
+    steps = 0
+    while migrate_step(layer):
+        steps += 1
+    everything_in_one_place(real_redis, layer, parts)
+    assert steps >= 300 / 20 and set(layer.seals.values()) == {1} and len(layer.seals) == 301
+    state = transition_state(layer)
+    assert state.simple_left == 0 and state.moved == 30_000 and state.move_cursor > state.last_batch
+
+
+def test_stragglers_behind_the_cursor_are_moved_in_order(real_redis: redis.Redis, namespace: str) -> None:
+    layer = ArchiveLayer(real_redis, KeySchema(namespace), TierPolicy(compressed_from=1000, summary_above=10**9))
+    parts = records(1, 3000)
+    fill_simple_tier(real_redis, layer.keys, parts[:2000])
+    while migrate_step(layer):
+        pass
+    # an archiver that read the tier just before it changed writes into the simple hash
+    late = [*parts[2000:], ArchivedPartition(5, 4001, 5000, "late", NOW, 1)]
+    real_redis.hset(layer.keys.completed, mapping={str(p.partition_id): p.to_json() for p in late})  # type: ignore[arg-type]
+    for p in late:
+        real_redis.setbit(layer.keys.index, p.partition_id, 1)
+    while migrate_step(layer):
+        pass
+    assert layer.simple_size() == 0
+    batch0 = {p.partition_id: p for p in layer.decode_batch(real_redis.get(layer.keys.batch(0)))}  # type: ignore[arg-type]
+    assert batch0[5].worker_id == "late" and len(batch0) == 99
+    assert QueryRouter(real_redis, layer.keys, policy=layer.policy).get(2999).source is Source.BATCH
+
+
+def test_kill_9_mid_move_then_resume(engine_url: str, real_redis: redis.Redis, namespace: str) -> None:
+    keys = KeySchema(namespace)
+    ArchiveQueue(real_redis, keys).ensure_group()
+    parts = records(1, 20_000)
+    fill_simple_tier(real_redis, keys, parts)
+    victim = start_archiver(
+        engine_url, namespace, PARTARCHIVE_COMPRESSED_FROM="1000", PARTARCHIVE_FAULT_PAUSE_AFTER_STEP="0.2"
+    )
+    try:
+        wait_for(lambda: real_redis.hlen(keys.completed) < 15_000, timeout=60, what="part of the move")
+    finally:
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
+    left = int(real_redis.hlen(keys.completed))  # type: ignore[arg-type]
+    assert 0 < left < 15_000
+    assert real_redis.get(keys.maintenance_lock) is not None  # the dead holder's lock, expiring by itself
+    layer = ArchiveLayer(real_redis, keys, TierPolicy(compressed_from=1000))
+    while migrate_step(layer):
+        pass
+    everything_in_one_place(real_redis, layer, parts)
+    assert max(layer.seals.values()) == 1  # the resumed move seals each remaining batch once
+    assert int(real_redis.bitcount(keys.index)) == 20_000  # type: ignore[arg-type]
+
+
+def test_one_lock_holder_renewed_released_and_taken_over(real_redis: redis.Redis, namespace: str) -> None:
+    keys = KeySchema(namespace)
+    a = MaintenanceLock(real_redis, keys, "a", ttl_s=0.5)
+    b = MaintenanceLock(real_redis, keys, "b", ttl_s=0.5)
+    assert a.acquire() and not b.acquire() and a.acquire()  # acquire again = renew
+    assert b.release() is False and a.holder_now() == "a"
+    assert a.release() and b.acquire() and not a.acquire()
+    time.sleep(0.7)  # b dies: no renewal
+    assert a.acquire() and a.holder_now() == "a"
+
+
+def test_two_replicas_race_and_only_one_maintains(real_redis: redis.Redis, namespace: str) -> None:
+    keys = KeySchema(namespace)
+    parts = records(1, 6000)
+    fill_simple_tier(real_redis, keys, parts)
+    config = Config(namespace=namespace, compressed_from=1000, summary_above=10**9, maintenance_interval_s=0)
+    daemons = [ArchiverDaemon(real_redis, config, consumer=f"r{i}") for i in range(2)]
+    holders: list[int] = []
+
+    def replica(d: ArchiverDaemon) -> None:
+        d.queue.ensure_group()
+        for _ in range(200):
+            d.maintain(force=True)
+            holders.append(sum(x.has_lock for x in daemons))
+            if not real_redis.hlen(keys.completed):
+                return
+
+    threads = [threading.Thread(target=replica, args=(d,)) for d in daemons]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert max(holders) == 1
+    assert sum(d.has_lock for d in daemons) == 1
+    layer = ArchiveLayer(real_redis, keys, config.policy)
+    everything_in_one_place(real_redis, layer, parts)
+    moved_by = [d for d in daemons if d.archive.seals]
+    assert len(moved_by) == 1 and max(moved_by[0].archive.seals.values()) == 1
+
+
+def test_live_completions_during_the_move_land_in_the_right_tier(real_redis: redis.Redis, namespace: str) -> None:
+    config = Config(
+        namespace=namespace,
+        compressed_from=3000,
+        summary_above=10**9,
+        seal_idle_s=0,
+        maintenance_interval_s=0,
+        stats_flush_interval_s=0.1,
+        block_ms=20,
+    )
+    daemon = ArchiverDaemon(real_redis, config, consumer="live")
+    daemon.queue.ensure_group()
+    first = complete_partitions(real_redis, namespace, 2900)
+    drain(daemon)
+    assert daemon.archive.tier() is Tier.SIMPLE and daemon.archive.simple_size() == 2900
+    second = complete_partitions(real_redis, namespace, 3000)  # crosses the threshold: the move starts
+    drain(daemon)
+    assert daemon.archive.tier() is Tier.COMPRESSED
+    pids = first + second
+    q = QueryRouter(real_redis, daemon.keys, policy=config.policy)
+    assert {q.get(p).source for p in pids} == {Source.BATCH}
+    assert daemon.archive.simple_size() == 0
+    assert StatsReader(real_redis, daemon.keys).stats()["completed"]["total_completed"] == 5900
+    assert StatsChecker(real_redis, daemon.keys, policy=config.policy).check().ok
+
+
+def test_retention_changed_at_run_time(real_redis: redis.Redis, namespace: str) -> None:
+    keys = KeySchema(namespace)
+    layer = ArchiveLayer(real_redis, keys, TierPolicy(compressed_from=0, summary_above=0, retention_s=3 * 3600))
+    ArchiveQueue(real_redis, keys).ensure_group()
+    layer.archive([(f"0-{p.partition_id}", p) for p in records(1, 299, completed_at=NOW - 7200)])
+    layer.seal_all()
+    assert layer.tier() is Tier.SUMMARY
+    while migrate_step(layer):  # batches sealed while the tier was still compressed join the expiry index
+        pass
+    assert real_redis.zcard(keys.expiry) == 3 and real_redis.exists(keys.batch(1))
+    q = QueryRouter(real_redis, keys, policy=layer.policy)
+    assert q.get(150).source is Source.BATCH
+    assert layer.set_retention(3600) == 3600  # every reader and the sweep use the stored policy at once
+    answer = q.get(150)
+    assert answer.source is Source.EXPIRED and answer.degraded
+    while migrate_step(layer):
+        pass
+    assert real_redis.zcard(keys.expiry) == 0 and not real_redis.exists(keys.batch(1))
+    assert int(real_redis.hget(keys.archive_meta, "expired")) == 299  # type: ignore[arg-type]
+    assert real_redis.getbit(keys.index, 150) == 1 and layer.archived_total() == 299
