@@ -43,8 +43,8 @@ from stats import StatsAccumulator
 log = structlog.get_logger("partarchive.archiver")
 
 _HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-#: Maintenance time allowed per unit of archiving time while entries flow (1/4: archiving keeps 80%).
-MAINTENANCE_SHARE = 0.25
+#: Maintenance time allowed per unit of archiving time while entries flow (1/5: archiving keeps 5/6).
+MAINTENANCE_SHARE = 0.2
 
 
 def default_consumer_name() -> str:
@@ -76,6 +76,8 @@ class ArchiverDaemon:
             self._adopter = ElkMigration(redis_client, config, config.elk_prefix)
         self.lock = MaintenanceLock(redis_client, self.keys, self.consumer, config.maintenance_lock_ttl_s)
         self.has_lock = False
+        self._credit = 0.0  # seconds of maintenance earned by archiving (see `maintain`)
+        self._batch_cost = 0.005  # seconds one batch of a tier move has taken, smoothed
         self._tier = Tier.SIMPLE
         self._pause_after_read_s = float(os.environ.get("PARTARCHIVE_FAULT_PAUSE_AFTER_READ", "0"))
         self._pause_after_step_s = float(os.environ.get("PARTARCHIVE_FAULT_PAUSE_AFTER_STEP", "0"))
@@ -179,9 +181,10 @@ class ArchiverDaemon:
         """Flush due statistics; seal idle batches (every ``maintenance_interval_s``); and, holding
         the maintenance lock, advance tier moves, expiry sweeps and adoption.
 
-        Maintenance yields to the live queue: after a round that archived entries it gets a
-        quarter of the time that round took (so archiving keeps four fifths of the process);
-        after an idle round, a slice of ``maintenance_slice_s``.
+        Maintenance yields to the live queue: a round that archived entries earns it a fifth
+        of the time the round took (so archiving keeps five sixths of the process), an idle round
+        a slice of ``maintenance_slice_s``; steps are sized to the time earned, from what a batch
+        has cost so far, and time spent beyond it is paid back by later rounds.
         """
         flushed = 0
         if self.stats.due():
@@ -198,14 +201,25 @@ class ArchiverDaemon:
             self.has_lock = held
         if not self.has_lock:
             return flushed + done
-        deadline = time.monotonic() + (busy_s * MAINTENANCE_SHARE if busy_s else self.config.maintenance_slice_s)
+        if busy_s:
+            self._credit = min(self._credit + busy_s * MAINTENANCE_SHARE, self.config.maintenance_slice_s)
+        else:
+            self._credit = max(self._credit, self.config.maintenance_slice_s)
         steps = 0
-        while step := migrate_step(self.archive):
+        most = max(1, self.config.policy.migrate_chunk // self.config.policy.batch_size)
+        while self._credit >= self._batch_cost:
+            batches = max(1, min(most, int(self._credit / self._batch_cost)))
+            started = time.monotonic()
+            step = migrate_step(self.archive, max_batches=batches)
+            spent = time.monotonic() - started
+            if not step:
+                self._credit = 0.0  # nothing to do: no credit is saved up for later
+                break
             steps += step
+            self._credit -= spent
+            self._batch_cost = 0.8 * self._batch_cost + 0.2 * max(spent / batches, 1e-5)
             if self._pause_after_step_s:  # fault injection for the crash tests
                 time.sleep(self._pause_after_step_s)
-            if time.monotonic() >= deadline:
-                break
         if steps:
             log.debug("maintenance", items=steps, tier=self.archive.tier().value)
         return flushed + done + steps + self._adopt(now)

@@ -92,8 +92,8 @@ def write_compressed(
         for batch_no, records in batches:
             workers = registry.register(r.worker_id for r in records)
             pipe.set(keys.batch(batch_no), encode_blob(records, workers))
-            if expire:
-                pipe.expireat(keys.batch(batch_no), max(r.completed_at for r in records) + policy.retention_s)
+            if expire:  # the summary tier: the batch joins the expiry index
+                pipe.zadd(keys.expiry, {str(batch_no): max(r.completed_at for r in records)})
             _set_bits(pipe, keys, records)
             total += len(records)
             max_pid = max(max_pid, records[-1].partition_id)
