@@ -41,6 +41,8 @@ class Config:
     stats_flush_count: int = DEFAULT_FLUSH_COUNT
     stats_flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S
     stats_range_width: int = DEFAULT_RANGE_WIDTH
+    stats_hourly_keep_days: int = 30
+    stats_range_keep_days: int = 30
 
     @property
     def keys(self) -> KeySchema:

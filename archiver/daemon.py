@@ -38,7 +38,7 @@ from layers import (
     migrate_step,
 )
 from layers.maintenance import MaintenanceLock
-from stats import StatsAccumulator
+from stats import StatsAccumulator, StatsCompactor
 
 log = structlog.get_logger("partarchive.archiver")
 
@@ -74,6 +74,13 @@ class ArchiverDaemon:
             from archiver.migrate import ElkMigration
 
             self._adopter = ElkMigration(redis_client, config, config.elk_prefix)
+        self.compactor = StatsCompactor(
+            redis_client,
+            self.keys,
+            range_width=config.stats_range_width,
+            hourly_keep_days=config.stats_hourly_keep_days,
+            range_keep_days=config.stats_range_keep_days,
+        )
         self.lock = MaintenanceLock(redis_client, self.keys, self.consumer, config.maintenance_lock_ttl_s)
         self.has_lock = False
         self._credit = 0.0  # seconds of maintenance earned by archiving (see `maintain`)
@@ -210,7 +217,7 @@ class ArchiverDaemon:
         while self._credit >= self._batch_cost:
             batches = max(1, min(most, int(self._credit / self._batch_cost)))
             started = time.monotonic()
-            step = migrate_step(self.archive, max_batches=batches)
+            step = migrate_step(self.archive, max_batches=batches) or self.compactor.step()
             spent = time.monotonic() - started
             if not step:
                 self._credit = 0.0  # nothing to do: no credit is saved up for later

@@ -20,6 +20,8 @@ def show_stats(client: redis.Redis, config: Config, *, range_no: int | None, day
     reader = StatsReader(client, config.keys)
     if day is not None:
         try:
+            if len(day) != 10 or day[4] != "-" or day[7] != "-":
+                raise ValueError(day)
             dt.date.fromisoformat(day)
         except ValueError:
             raise ValidationError(f"--day must be YYYY-MM-DD, got {day!r}") from None
@@ -28,7 +30,10 @@ def show_stats(client: redis.Redis, config: Config, *, range_no: int | None, day
             print_json(series)
         else:
             print(f"{day}: {series['total']} completions")
-            print("  by hour: " + " ".join(str(n) for n in series["hourly_completion"]))
+            if series["hourly_completion"] is None:
+                print("  by hour: rolled into the day's total (older than the statistics' hourly retention)")
+            else:
+                print("  by hour: " + " ".join(str(n) for n in series["hourly_completion"]))
             for worker, n in series["worker_completions"].items():
                 print(f"  {worker:24} {n}")
         return 0
@@ -42,8 +47,9 @@ def show_stats(client: redis.Redis, config: Config, *, range_no: int | None, day
             print(f"range {range_no}: no statistics")
         else:
             lo, hi = summary["partitions"]
+            level = "" if summary["level"] == "range" else f", from coarse range {summary['coarse_range']}"
             print(
-                f"range {range_no} (partitions {lo}..{hi}): {summary['partition_count']} completed, "
+                f"range {range_no} (partitions {lo}..{hi}{level}): {summary['partition_count']} completed, "
                 f"IDs {summary['data_range']['min']}..{summary['data_range']['max']}, "
                 f"avg duration {summary['avg_duration']} s"
             )

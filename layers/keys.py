@@ -253,6 +253,10 @@ class KeySchema:
         """Hash for partitions ``range_no * width .. + width - 1``: totals, bounds, per-worker fields."""
         return f"{self._tagged}_stats:range:{range_no}"
 
+    def stats_coarse(self, coarse_no: int) -> str:
+        """Hash: the merged rollups of old ranges ``coarse_no * 100 .. + 99`` (same fields as a range)."""
+        return f"{self._tagged}_stats:coarse:{coarse_no}"
+
     def stats_day(self, day: str) -> str:
         """Hash for one UTC day (YYYY-MM-DD): ``h00``..``h23`` completions, ``w{short}`` per worker."""
         return f"{self._tagged}_stats:day:{day}"

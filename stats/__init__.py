@@ -1,6 +1,7 @@
 """Statistics layer: batched rollups counted exactly once, the merged view, verify and repair."""
 
 from stats.accumulator import DEFAULT_RANGE_WIDTH, StatsAccumulator
+from stats.compaction import StatsCompactor
 from stats.reader import StatsReader
 from stats.rollup import day_of, rollup_ops
 from stats.verify import CheckReport, Difference, StatsChecker
@@ -11,6 +12,7 @@ __all__ = [
     "Difference",
     "StatsAccumulator",
     "StatsChecker",
+    "StatsCompactor",
     "StatsReader",
     "day_of",
     "rollup_ops",

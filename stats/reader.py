@@ -10,6 +10,7 @@ from codec import ACTIVE_STATUSES, DecodeError
 from layers import KeySchema
 from layers.replies import as_text
 from stats.accumulator import DEFAULT_RANGE_WIDTH
+from stats.compaction import COARSE, coarse_of, merge_fields
 
 
 def _ints(raw: dict[Any, Any]) -> dict[str, int]:
@@ -94,14 +95,37 @@ class StatsReader:
         return self.range_stats(pid // width, width)
 
     def range_stats(self, range_no: int, width: int | None = None) -> dict[str, Any] | None:
+        """One range's rollup; for a range merged into its coarse range (statistics retention),
+        the coarse range's, with ``level`` saying which."""
         width = width or self.range_width()
-        raw: Any = self.redis.hgetall(self.keys.stats_range(range_no))
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(self.keys.stats_range(range_no))
+        pipe.hget(self.keys.stats_meta, "compact_range")
+        raw, merged_below = pipe.execute()
+        if range_no < int(merged_below or 0):
+            return self._coarse_stats(coarse_of(range_no), width, range_no)
         if not raw:
             return None
-        f = _ints(raw)
+        return self._summary(_ints(raw), range_no, [range_no * width, range_no * width + width - 1], "range")
+
+    def _coarse_stats(self, coarse_no: int, width: int, range_no: int) -> dict[str, Any] | None:
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(self.keys.stats_coarse(coarse_no))
+        for r in range(coarse_no * COARSE, (coarse_no + 1) * COARSE):
+            pipe.hgetall(self.keys.stats_range(r))  # completions that arrived after their range was merged
+        parts = [_ints(x) for x in pipe.execute() if x]
+        if not parts:
+            return None
+        first = coarse_no * COARSE * width
+        summary = self._summary(merge_fields(parts), range_no, [first, first + COARSE * width - 1], "coarse")
+        summary["coarse_range"] = coarse_no
+        return summary
+
+    def _summary(self, f: dict[str, int], range_no: int, partitions: list[int], level: str) -> dict[str, Any]:
         return {
             "range": range_no,
-            "partitions": [range_no * width, range_no * width + width - 1],
+            "level": level,
+            "partitions": partitions,
             "partition_count": f.get("count", 0),
             "data_range": {"min": f.get("min_id"), "max": f.get("max_id")},
             "processed_data": f.get("data", 0),
@@ -115,9 +139,12 @@ class StatsReader:
         """Completions per hour of one UTC day, and per worker that day."""
         f = _ints(self.redis.hgetall(self.keys.stats_day(day)))  # type: ignore[arg-type]
         workers = {name[2:]: n for name, n in f.items() if name.startswith("w:")}
+        hourly = [f.get(f"h{h:02d}", 0) for h in range(24)]
+        rolled = "d" in f  # hours older than the statistics retention were rolled into the day
         return {
             "day": day,
-            "hourly_completion": [f.get(f"h{h:02d}", 0) for h in range(24)],
+            "level": "daily" if rolled else "hourly",
+            "hourly_completion": None if rolled else hourly,
             "worker_completions": dict(sorted(workers.items())),
-            "total": sum(f.get(f"h{h:02d}", 0) for h in range(24)),
+            "total": f.get("d", 0) + sum(hourly),
         }

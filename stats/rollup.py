@@ -72,13 +72,15 @@ def add_partitions(
     hours: dict[int, int] = defaultdict(int)
     day_workers: dict[tuple[int, str], int] = defaultdict(int)
     processed = duration_sum = 0
-    last_at = parts[0].completed_at
+    first_at = last_at = parts[0].completed_at
     for pid, lo, hi, worker, at, duration in parts:
         data = hi - lo + 1
         processed += data
         duration_sum += duration
         if at > last_at:
             last_at = at
+        elif at < first_at:
+            first_at = at
         w = workers.get(worker)
         if w is None:
             workers[worker] = [1, duration, data]
@@ -117,6 +119,7 @@ def add_partitions(
     builder.add(g, "processed", processed)
     builder.add(g, "duration", duration_sum)
     builder.keep_max(g, "last_completed_at", last_at)
+    builder.keep_min(g, "first_completed_at", first_at)
     for worker, (c, d, p) in workers.items():
         builder.add(keys.stats_workers, f"{worker}:c", c)
         builder.add(keys.stats_workers, f"{worker}:d", d)

@@ -205,3 +205,50 @@ def test_retention_changed_at_run_time(real_redis: redis.Redis, namespace: str) 
     assert real_redis.zcard(keys.expiry) == 0 and not real_redis.exists(keys.batch(1))
     assert int(real_redis.hget(keys.archive_meta, "expired")) == 299  # type: ignore[arg-type]
     assert real_redis.getbit(keys.index, 150) == 1 and layer.archived_total() == 299
+
+
+def test_statistics_keep_their_own_retention(real_redis: redis.Redis, namespace: str) -> None:
+    from stats import StatsAccumulator, StatsCompactor
+
+    keys = KeySchema(namespace)
+    layer = ArchiveLayer(real_redis, keys, TierPolicy())
+    ArchiveQueue(real_redis, keys).ensure_group()
+    acc = StatsAccumulator(layer, flush_count=10_000, range_width=100)
+    old, young = NOW - 40 * 86400, NOW - 3600
+    parts = [
+        ArchivedPartition(p, p * 10, p * 10 + 9, f"w{p % 3}", (old if p <= 1000 else young) + p, 5)
+        for p in range(1, 1201)
+        if not 950 <= p < 960
+    ]
+    layer.write_detail(parts)
+    acc.add([("-", p) for p in parts])  # "-": no queue entry to acknowledge
+    acc.flush()
+    reader = StatsReader(real_redis, keys)
+    before_day = reader.time_series(time.strftime("%Y-%m-%d", time.gmtime(old + 500)))
+    assert before_day["level"] == "hourly" and before_day["total"] > 0
+    compactor = StatsCompactor(real_redis, keys, range_width=100, hourly_keep_days=30, range_keep_days=30)
+    steps = 0
+    while compactor.step(now=NOW):
+        steps += 1
+    assert steps > 0
+    day = reader.time_series(time.strftime("%Y-%m-%d", time.gmtime(old + 500)))
+    assert day["level"] == "daily" and day["hourly_completion"] is None and day["total"] == before_day["total"]
+    assert reader.time_series(time.strftime("%Y-%m-%d", time.gmtime(young + 1100)))["level"] == "hourly"
+    assert not real_redis.exists(keys.stats_range(5)) and real_redis.exists(keys.stats_range(11))
+    merged = reader.range_stats(5)
+    # the coarse level covers ranges 0..99: the 990 merged ones and the young ranges 10 and 11
+    assert merged is not None and merged["level"] == "coarse" and merged["partition_count"] == 1190
+    assert merged["partitions"] == [0, 9999] and reader.range_stats(11)["level"] == "range"  # type: ignore[index]
+    assert StatsChecker(real_redis, keys).check().ok
+    late = ArchivedPartition(955, 9550, 9559, "late", old, 5)  # a straggler in a merged range
+    layer.write_detail([late])
+    acc.add([("-", late)])
+    acc.flush()
+    assert real_redis.exists(keys.stats_range(9))
+    assert reader.range_stats(9)["partition_count"] == 1191  # type: ignore[index]
+    report = StatsChecker(real_redis, keys).check()
+    assert report.ok, [str(d) for d in report.differences]
+    real_redis.hincrby(keys.stats_coarse(0), "count", 7)
+    assert not StatsChecker(real_redis, keys).check().ok
+    assert StatsChecker(real_redis, keys).check(repair=True).repaired_keys >= 1
+    assert StatsChecker(real_redis, keys).check().ok

@@ -1,0 +1,132 @@
+"""Statistics keep their own retention: old hours become days, old ranges become coarse ranges.
+
+Hourly series of days older than ``hourly_keep_days`` are rolled into one daily total per day
+(the ``d`` field of the day hash); per-range rollups whose newest completion is older than
+``range_keep_days`` are merged into coarse ranges of `COARSE` ranges each. Both walk with a
+cursor in the statistics meta hash and one script per key (read and checked before it writes),
+so a step is bounded, idempotent and resumable, and statistics memory grows with time and ids
+at a bounded rate. A completion arriving later in a merged range lands in a fine range again;
+readers and the consistency check add the two levels up.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import redis
+
+from codec import DecodeError
+from layers import KeySchema
+from layers.replies import as_text
+from layers.scripts import Scripts
+
+COARSE = 100
+_DAYS_PER_STEP = 31
+_RANGES_PER_STEP = 200
+_LOOKBACK_DAYS = 400
+
+
+def coarse_of(range_no: int) -> int:
+    return range_no // COARSE
+
+
+_MIN_FIELDS = frozenset({"min_id", "first_at"})
+_MAX_FIELDS = frozenset({"max_id", "last_at"})
+
+
+def merge_fields(rollups: list[dict[str, int]]) -> dict[str, int]:
+    """Range rollups added up as the merge script adds them (sums; min/max kept)."""
+    out: dict[str, int] = {}
+    for fields in rollups:
+        for name, value in fields.items():
+            if name not in out:
+                out[name] = value
+            elif name in _MIN_FIELDS:
+                out[name] = min(out[name], value)
+            elif name in _MAX_FIELDS:
+                out[name] = max(out[name], value)
+            else:
+                out[name] += value
+    return out
+
+
+class StatsCompactor:
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: KeySchema,
+        *,
+        range_width: int,
+        hourly_keep_days: int = 30,
+        range_keep_days: int = 30,
+    ) -> None:
+        self.redis = client
+        self.keys = keys
+        self.range_width = range_width
+        self.hourly_keep_days = hourly_keep_days
+        self.range_keep_days = range_keep_days
+        self._scripts = Scripts(client)
+
+    def step(self, now: float | None = None) -> int:
+        """One bounded step of day rolls and range merges; returns the keys compacted (0 = done)."""
+        now = time.time() if now is None else now
+        return self._roll_days(now) + self._merge_ranges(now)
+
+    def _meta(self) -> dict[str, int]:
+        raw: Any = self.redis.hmget(self.keys.stats_meta, ["compact_day", "compact_range"])
+        g: Any = self.redis.hmget(self.keys.stats_global, ["first_completed_at", "last_completed_at"])
+        first = int(g[0]) if g[0] else (int(g[1]) - _LOOKBACK_DAYS * 86400 if g[1] else 0)
+        return {
+            "day": int(raw[0]) if raw[0] else max(0, first // 86400),
+            "range": int(raw[1] or 0),
+            "have_stats": int(bool(g[1])),
+        }
+
+    def _roll_days(self, now: float) -> int:
+        meta = self._meta()
+        if not meta["have_stats"]:
+            return 0
+        cutoff = int(now) // 86400 - self.hourly_keep_days
+        day = meta["day"]
+        if day >= cutoff:
+            return 0
+        rolled = 0
+        last = min(cutoff, day + _DAYS_PER_STEP)
+        for d in range(day, last):
+            name = time.strftime("%Y-%m-%d", time.gmtime(d * 86400))
+            reply = self._scripts("stats_roll_day", [self.keys.stats_day(name)], [])
+            if isinstance(reply, list):
+                raise DecodeError(f"{self.keys.stats_day(name)} field {as_text(reply[2])} is not a number")
+            rolled += int(reply) > 0
+        self.redis.hset(self.keys.stats_meta, "compact_day", last)
+        return max(rolled, 1)
+
+    def _merge_ranges(self, now: float) -> int:
+        start = self._meta()["range"]
+        max_pid = int(self.redis.hget(self.keys.archive_meta, "max_pid") or 0)  # type: ignore[arg-type]
+        last_range = max_pid // self.range_width
+        if start > last_range:
+            return 0
+        cutoff = int(now) - self.range_keep_days * 86400
+        numbers = list(range(start, min(last_range + 1, start + _RANGES_PER_STEP)))
+        pipe = self.redis.pipeline(transaction=False)
+        for r in numbers:
+            pipe.hget(self.keys.stats_range(r), "last_at")
+        newest = pipe.execute()
+        merged = 0
+        cursor = start
+        for r, last_at in zip(numbers, newest, strict=True):
+            if last_at is not None and int(last_at) >= cutoff:
+                break  # a range still young: the cursor waits here
+            if last_at is not None:
+                reply = self._scripts(
+                    "stats_merge_range", [self.keys.stats_range(r), self.keys.stats_coarse(coarse_of(r))], []
+                )
+                if isinstance(reply, list):
+                    raise DecodeError(f"{self.keys.stats_range(r)} field {as_text(reply[2])} is not a number")
+                merged += 1
+            cursor = r + 1
+        if cursor != start:
+            self.redis.hset(self.keys.stats_meta, "compact_range", cursor)
+        return merged + (cursor != start)
