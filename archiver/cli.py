@@ -14,7 +14,7 @@ from typing import Any
 import redis
 
 from archiver.config import DEFAULT_REDIS_URL, Config
-from archiver.engine import connect, open_engine
+from archiver.engine import connect, open_engine, redact_url
 from archiver.output import print_json
 from codec.errors import PartArchiveError
 
@@ -200,7 +200,7 @@ def cmd_demo(args: argparse.Namespace, config: Config) -> int:
     if not 1 <= args.workers <= 256:
         raise CliError("--workers must be in 1..256")
     with open_engine(config.redis_url) as engine:
-        where = "embedded valkey-server" if engine.embedded else engine.url
+        where = "embedded valkey-server" if engine.embedded else redact_url(engine.url)
         if not args.json:
             print(f"engine: {where}; {args.partitions} partitions, {args.workers} workers")
         report = run_demo(

@@ -12,6 +12,7 @@ take over each other's buffered entries (harmless, but wasted work).
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import threading
@@ -25,7 +26,7 @@ import redis
 import structlog
 
 from archiver.config import Config
-from archiver.metrics import STATS_FLUSHES
+from archiver.metrics import GROUP_RECREATED, STATS_FLUSHES
 from codec import ArchivedPartition, DecodeError
 from codec.elk import ElkRecord, as_archived, parse_archived
 from layers import (
@@ -38,13 +39,15 @@ from layers import (
     migrate_step,
 )
 from layers.maintenance import MaintenanceLock
-from stats import StatsAccumulator, StatsCompactor
+from stats import StatsAccumulator, StatsChecker, StatsCompactor
 
 log = structlog.get_logger("partarchive.archiver")
 
 _HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: Maintenance time allowed per unit of archiving time while entries flow (1/5: archiving keeps 5/6).
 MAINTENANCE_SHARE = 0.2
+BACKOFF_BASE_S = 0.5
+BACKOFF_MAX_S = 30.0
 
 
 def default_consumer_name() -> str:
@@ -83,6 +86,8 @@ class ArchiverDaemon:
         )
         self.lock = MaintenanceLock(redis_client, self.keys, self.consumer, config.maintenance_lock_ttl_s)
         self.has_lock = False
+        self._failures = 0  # rounds failed in a row (backoff)
+        self._verify_due = False  # re-check the archive against the index (after the group was lost)
         self._credit = 0.0  # seconds of maintenance earned by archiving (see `maintain`)
         self._batch_cost = 0.005  # seconds one batch of a tier move has taken, smoothed
         self._tier = Tier.SIMPLE
@@ -161,12 +166,35 @@ class ArchiverDaemon:
         """
         try:
             self.run_once()
-        except redis.ConnectionError as exc:
-            log.warning("redis unreachable, retrying", error=str(exc))
-            self._stop.wait(1.0)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            self._failures += 1
+            delay = backoff_s(self._failures)
+            log.warning("redis unreachable, retrying", error=str(exc), attempt=self._failures, retry_in_s=delay)
+            self._stop.wait(delay)
+        except redis.ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                self._round_failed()
+                return
+            self.recover_group()
         except Exception:
-            log.exception("archiver round failed, retrying")
-            self._stop.wait(1.0)
+            self._round_failed()
+        else:
+            self._failures = 0
+
+    def _round_failed(self) -> None:
+        self._failures += 1
+        log.exception("archiver round failed, retrying", attempt=self._failures)
+        self._stop.wait(backoff_s(self._failures))
+
+    def recover_group(self) -> None:
+        """The consumer group is gone (Redis restarted without its data, or the queue key was
+        deleted): create it again, count it, and check the archive against the index once the
+        maintenance lock is held (entries of the old group that were not acknowledged are lost
+        with the stream; what they completed is still marked in the `done` bitmap)."""
+        self.queue.ensure_group()
+        GROUP_RECREATED.inc()
+        self._verify_due = True
+        log.warning("the archive queue's consumer group was gone; created it again", queue=self.keys.queue)
 
     def run_once(self) -> int:
         """Take over idle entries, then read new ones; archive them; then due maintenance.
@@ -229,6 +257,15 @@ class ArchiverDaemon:
                 time.sleep(self._pause_after_step_s)
         if steps:
             log.debug("maintenance", items=steps, tier=self.archive.tier().value)
+        if self._verify_due:
+            self._verify_due = False
+            report = StatsChecker(self.archive.redis, self.keys, policy=self.config.policy).check()
+            log.warning(
+                "archive checked against the index after the queue was lost",
+                ok=report.ok,
+                indexed=report.indexed,
+                differences=len(report.differences),
+            )
         return flushed + done + steps + self._adopt(now)
 
     def _adopt(self, now: float) -> int:
@@ -273,6 +310,12 @@ class ArchiverDaemon:
         if result.tier is not self._tier:
             log.info("tier changed", tier=result.tier.value, total=result.total)
             self._tier = result.tier
+
+
+def backoff_s(failures: int) -> float:
+    """Exponential backoff with jitter: 0.5 s, 1 s, 2 s ... up to 30 s, each scaled by 0.5..1."""
+    delay: float = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** max(0, failures - 1)) * random.uniform(0.5, 1.0)
+    return round(delay, 3)
 
 
 def _hard_exit(signum: int) -> None:

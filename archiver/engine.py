@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
@@ -22,15 +23,39 @@ class Engine:
     embedded: bool
 
 
+def redact_url(url: str) -> str:
+    """The URL with its password (and a user name that may be one) replaced, for logs and errors."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable Redis URL>"
+    if parts.password is None and not parts.username:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    user = f"{parts.username}:" if parts.username and parts.password is not None else ""
+    return urlunsplit(parts._replace(netloc=f"{user}***@{host}"))
+
+
 def connect(url: str) -> redis.Redis:
+    safe = redact_url(url)
     try:
         client = redis.Redis.from_url(url, socket_connect_timeout=5, health_check_interval=30)
         client.ping()
     except ValueError as exc:
-        raise EngineError(f"invalid Redis URL {url!r}: {exc}") from None
+        raise EngineError(f"invalid Redis URL {safe!r}: {_redacted(str(exc), url)}") from None
     except redis.RedisError as exc:
-        raise EngineError(f"cannot reach Redis at {url}: {exc}") from None
+        raise EngineError(f"cannot reach Redis at {safe}: {_redacted(str(exc), url)}") from None
     return client
+
+
+def _redacted(message: str, url: str) -> str:
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        return "the URL cannot be parsed"
+    return message.replace(password, "***") if password else message
 
 
 @contextmanager

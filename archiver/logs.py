@@ -9,15 +9,19 @@ import structlog
 
 
 def configure_logging(level: str = "info") -> None:
-    renderer: structlog.types.Processor
-    renderer = structlog.dev.ConsoleRenderer() if sys.stderr.isatty() else structlog.processors.JSONRenderer()
+    """Readable on a terminal; otherwise one JSON object per line, an exception rendered as
+    fields (type, message, frames) rather than a bare ``exc_info: true``."""
+    processors: list[structlog.types.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    if sys.stderr.isatty():
+        processors.append(structlog.dev.ConsoleRenderer())
+    else:
+        processors += [structlog.processors.dict_tracebacks, structlog.processors.JSONRenderer()]
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            renderer,
-        ],
+        processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,

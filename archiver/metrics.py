@@ -32,6 +32,9 @@ ROUTER_SECONDS = Histogram(
 )
 DECODES = Counter("partarchive_decode", "Archive blob decodes by result.", ["result"])
 STATS_FLUSHES = Counter("partarchive_stats_flushes", "Statistics flushes (commit script calls).")
+GROUP_RECREATED = Counter(
+    "partarchive_queue_group_recreated", "Times the archive queue's consumer group was gone and created again."
+)
 
 for _result in ("success", "failure"):
     DECODES.labels(result=_result)

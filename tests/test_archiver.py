@@ -6,12 +6,13 @@ import signal
 import threading
 
 import orjson
+import pytest
 import redis
 
 from archiver import ArchiverDaemon, Config
 from archiver.daemon import drain
 from codec import ArchivedPartition
-from layers import ArchiveLayer, ArchiveQueue, KeySchema
+from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema
 from tests.helpers import complete_partitions, start_archiver, wait_for
 
 
@@ -136,3 +137,26 @@ def test_a_failing_round_is_logged_and_retried_not_fatal(real_redis: redis.Redis
         daemon.stop()
         thread.join(10)
     assert not thread.is_alive()
+
+
+def test_a_lost_consumer_group_is_created_again(real_redis: redis.Redis, namespace: str) -> None:
+    from archiver.daemon import backoff_s
+
+    config = Config(namespace=namespace, block_ms=20, stats_flush_interval_s=0.1, maintenance_interval_s=0)
+    daemon = ArchiverDaemon(real_redis, config, consumer="heal")
+    daemon.queue.ensure_group()
+    complete_partitions(real_redis, namespace, 5)
+    drain(daemon)
+    real_redis.delete(daemon.keys.queue)  # as after a restart without data: no stream, no group
+    layer = ActiveLayer(real_redis, namespace)
+    layer.create_partitions(10_001, 15_000, 1000)
+    for _ in range(5):
+        part = layer.claim("w")
+        assert part is not None
+        layer.complete(part.partition_id, "w")
+    with pytest.raises(redis.ResponseError, match="NOGROUP"):
+        daemon.run_once()
+    daemon._round_with_retry()  # what the loop does: the group is back, nothing raised
+    drain(daemon)
+    assert daemon.archive.archived_total() == 10 and real_redis.xlen(daemon.keys.queue) == 0
+    assert 0.25 <= backoff_s(1) <= 0.5 and 15 <= backoff_s(20) <= 30
