@@ -81,9 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     from_elk = migrate_sub.add_parser("from-elk", parents=[common], help="import an elk_coordinator deployment")
     from_elk.add_argument("--prefix", help="Go's KeyPrefix option (e.g. 'my-app:'); without it, list deployments")
     from_elk.add_argument("--dry-run", action="store_true", help="survey only: write nothing")
-    from_elk.add_argument(
-        "--delete-source", action="store_true", help="delete imported source records once verified"
-    )
+    from_elk.add_argument("--delete-source", action="store_true", help="delete imported source records once verified")
     from_elk.add_argument("--rejects", metavar="FILE", help="also write the reject list to FILE (JSON Lines)")
     from_elk.add_argument("--json", action="store_true")
     from_elk.add_argument("--no-progress", action="store_true")
@@ -93,6 +91,20 @@ def build_parser() -> argparse.ArgumentParser:
     target = export.add_mutually_exclusive_group(required=True)
     target.add_argument("--output", metavar="FILE", help="write JSON Lines to FILE ('-' = stdout)")
     target.add_argument("--into-hash", metavar="KEY", help="HSET every record into this hash (e.g. Go's elk_archived)")
+
+    dead = sub.add_parser("dead-letters", help="entries that could not be archived: list, show, requeue, purge")
+    dead_sub = dead.add_subparsers(dest="dead_command", required=True, parser_class=_Parser)
+    dead_list = dead_sub.add_parser("list", parents=[common], help="the oldest dead letters")
+    dead_list.add_argument("--limit", type=int, default=20)
+    dead_list.add_argument("--json", action="store_true")
+    dead_show = dead_sub.add_parser("show", parents=[common], help="one dead letter, whole")
+    dead_show.add_argument("id")
+    dead_requeue = dead_sub.add_parser("requeue", parents=[common], help="put dead letters back on the queue")
+    dead_requeue.add_argument("ids", nargs="*", metavar="ID")
+    dead_requeue.add_argument("--all", action="store_true")
+    dead_purge = dead_sub.add_parser("purge", parents=[common], help="delete dead letters")
+    dead_purge.add_argument("--all", action="store_true")
+    dead_purge.add_argument("--older-than", type=float, metavar="SECONDS")
 
     retention = sub.add_parser("retention", parents=[common], help="show or set the summary tier's retention")
     retention.add_argument("seconds", nargs="?", type=int, help="new retention in seconds (stored; applies at once)")
@@ -243,6 +255,51 @@ def cmd_stats(args: argparse.Namespace, config: Config) -> int:
     return show_stats(client, config, range_no=args.range_no, day=args.day, as_json=args.json)
 
 
+def cmd_dead_letters(args: argparse.Namespace, config: Config) -> int:
+    from layers import ArchiveQueue
+
+    queue = ArchiveQueue(connect(config.redis_url or DEFAULT_REDIS_URL), config.keys)
+    if args.dead_command == "list":
+        if not 1 <= args.limit <= 10_000:
+            raise CliError("--limit must be in 1..10000")
+        letters = queue.dead_letters(args.limit)
+        if args.json:
+            print_json(letters)
+        for d in [] if args.json else letters:
+            print(f"{d['id']}  {d['entry']}  {d['reason']}")
+        if not args.json and not letters:
+            print("no dead letters")
+        return 0
+    if args.dead_command == "show":
+        letter = queue.dead_letter_by_id(_stream_id(args.id))
+        if letter is None:
+            print(f"partarchive: no dead letter {args.id}", file=sys.stderr)
+            return EXIT_NOT_FOUND
+        print_json(letter)
+        return 0
+    if args.dead_command == "requeue":
+        if bool(args.ids) == bool(args.all):
+            raise CliError("give dead-letter ids or --all")
+        ids = [_stream_id(i) for i in args.ids] or [d["id"] for d in queue.dead_letters(10_000)]
+        requeued, skipped = queue.requeue(ids)
+        print(f"requeued {requeued}" + (f"; {skipped} skipped (gone, or not a queue entry)" if skipped else ""))
+        return 0
+    if bool(args.all) == (args.older_than is not None):
+        raise CliError("give --all or --older-than SECONDS")
+    if args.older_than is not None and args.older_than < 0:
+        raise CliError("--older-than must be >= 0")
+    older = None if args.all else int(args.older_than * 1000)
+    print(f"purged {queue.purge_dead_letters(older)} dead letters")
+    return 0
+
+
+def _stream_id(text: str) -> str:
+    ms, sep, seq = text.partition("-")
+    if not (ms.isdigit() and (not sep or seq.isdigit())):
+        raise CliError(f"not a stream entry id: {text!r}")
+    return text
+
+
 def cmd_retention(args: argparse.Namespace, config: Config) -> int:
     from layers import ArchiveLayer
 
@@ -277,6 +334,7 @@ COMMANDS = {
     "demo": cmd_demo,
     "migrate": cmd_migrate,
     "retention": cmd_retention,
+    "dead-letters": cmd_dead_letters,
     "export": cmd_export,
 }
 

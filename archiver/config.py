@@ -28,6 +28,7 @@ class Config:
     read_count: int = 500
     block_ms: int = 1000
     claim_idle_ms: int = 60_000
+    max_deliveries: int = 5
     drain_timeout_s: float = 10.0
     lease_timeout_s: float = 300.0
     compressed_from: int = _TIERS.compressed_from
@@ -66,7 +67,14 @@ class Config:
             raise ValidationError(f"record_format must be native or elk, got {self.record_format!r}")
         if self.adopt_elk and self.elk_prefix is None:
             raise ValidationError("adopting elk_coordinator's completions needs the namespace bound: set --elk-prefix")
-        for name in ("read_count", "block_ms", "claim_idle_ms", "stats_flush_count", "stats_range_width"):
+        for name in (
+            "read_count",
+            "block_ms",
+            "claim_idle_ms",
+            "stats_flush_count",
+            "stats_range_width",
+            "max_deliveries",
+        ):
             if getattr(self, name) < 1:
                 raise ValidationError(f"{name} must be at least 1")
         if (

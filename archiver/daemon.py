@@ -281,6 +281,17 @@ class ArchiverDaemon:
     def _process(self, entries: list[QueueEntry]) -> int:
         if not entries:
             return 0
+        if self.stats.pending:  # claimed back while waiting for the flush here: already handled
+            held = self.stats.buffered_ids()
+            entries = [e for e in entries if e.entry_id not in held]
+        poison = [e for e in entries if e.deliveries > self.config.max_deliveries]
+        if poison:
+            for entry in poison:
+                reason = f"not archived after {entry.deliveries - 1} deliveries"
+                self.queue.dead_letter(entry, reason)
+                self.dead_lettered += 1
+                log.error("dead-lettered queue entry", entry=entry.entry_id, reason=reason)
+            entries = [e for e in entries if e.deliveries <= self.config.max_deliveries]
         if self._pause_after_read_s:
             time.sleep(self._pause_after_read_s)
         good: list[tuple[str, ArchivedPartition]] = []

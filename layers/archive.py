@@ -30,6 +30,7 @@ import redis
 from codec import ArchivedPartition, DecodeError, ValidationError, decode_blob, encode_blob
 from codec.elk import ElkRecord, as_archived, parse_archived
 from layers.keys import ARCHIVER_GROUP, KeySchema
+from layers.queue import DEAD_LETTERS_KEPT
 from layers.replies import as_text
 from layers.scripts import Scripts
 from layers.tiers import Tier, TierPolicy
@@ -268,7 +269,11 @@ class ArchiveLayer:
         return sealed
 
     def _seal_write(
-        self, batch_no: int, blob: bytes | None, staged: dict[bytes, bytes], extra: Sequence[ArchivedPartition],
+        self,
+        batch_no: int,
+        blob: bytes | None,
+        staged: dict[bytes, bytes],
+        extra: Sequence[ArchivedPartition],
         tier: Tier | None,
     ) -> bool | None:
         """Encode blob + staging + extra and write it if nothing changed; None means read again."""
@@ -324,7 +329,12 @@ class ArchiveLayer:
             return []
 
     def _dead_letter(self, what: str, reason: str, payload: bytes) -> None:
-        self.redis.xadd(self.keys.dead_letter, {"entry": what, "reason": reason, "p": payload})
+        self.redis.xadd(
+            self.keys.dead_letter,
+            {"entry": what, "reason": reason, "p": payload},
+            maxlen=DEAD_LETTERS_KEPT,
+            approximate=True,
+        )
 
     def decode_batch(self, blob: bytes) -> list[ArchivedPartition]:
         try:

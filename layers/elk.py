@@ -173,8 +173,9 @@ class ElkSource:
         """Every field of a hash whose fields are partition ids, in id order (HKEYS, then HMGET by
         1,000), so an import touches each batch and statistics range in one stretch."""
         names: Any = self.redis.hkeys(key)
-        ordered = sorted(as_text(n) for n in names)
-        ordered.sort(key=lambda f: (0, int(f), f) if f.isdigit() and f.isascii() else (1, 0, f))
+        canonical = [n for n in names if n.isdigit() and len(n) < 20 and n[:1] != b"0"]  # strconv.Itoa's form
+        others = sorted(as_text(n) for n in names if not (n.isdigit() and len(n) < 20 and n[:1] != b"0"))
+        ordered = [str(i) for i in sorted(map(int, canonical))] + others
         for start in range(0, len(ordered), _SCAN_COUNT):
             chunk = ordered[start : start + _SCAN_COUNT]
             values: Any = self.redis.hmget(key, chunk)

@@ -17,11 +17,14 @@ from layers.keys import ARCHIVER_GROUP, KeySchema
 from layers.replies import as_text
 from layers.scripts import Scripts
 
+DEAD_LETTERS_KEPT = 10_000
+
 
 @dataclass(frozen=True, slots=True)
 class QueueEntry:
     entry_id: str
     payload: bytes
+    deliveries: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +49,18 @@ def _entries(raw: list[Any]) -> list[QueueEntry]:
     return out
 
 
+def _dead_letter_view(entry_id: Any, fields: dict[Any, Any]) -> dict[str, Any]:
+    get = {as_text(k): v for k, v in fields.items()}
+    payload = get.get("p", b"")
+    return {
+        "id": as_text(entry_id),
+        "entry": as_text(get.get("entry", "")),
+        "reason": as_text(get.get("reason", "")),
+        "payload": payload.decode("utf-8", "replace") if isinstance(payload, bytes) else str(payload),
+        "requeueable": bool(payload),
+    }
+
+
 def oldest_pending_age(summary: Any) -> float:
     """Seconds since the oldest unacknowledged entry was added, from an XPENDING summary.
 
@@ -62,6 +77,7 @@ class ArchiveQueue:
         self.keys = keys
         self.group = ARCHIVER_GROUP
         self._scripts = Scripts(redis_client)
+        self._claim_cursor = "0-0"
 
     def ensure_group(self) -> None:
         try:
@@ -75,27 +91,72 @@ class ArchiveQueue:
         return _entries(reply[0][1]) if reply else []
 
     def read_own_pending(self, consumer: str, count: int) -> list[QueueEntry]:
-        """Entries delivered to this consumer name before and never acknowledged."""
+        """Entries delivered to this consumer name before and never acknowledged, with their
+        delivery counts (a re-read counts as a delivery)."""
         reply: Any = self.redis.xreadgroup(self.group, consumer, {self.keys.queue: "0"}, count=count)
-        return _entries(reply[0][1]) if reply else []
+        return self._with_deliveries(_entries(reply[0][1]) if reply else [], consumer)
 
     def take_over(self, consumer: str, min_idle_ms: int, count: int) -> list[QueueEntry]:
-        """Claim entries another consumer left unacknowledged for ``min_idle_ms`` (XAUTOCLAIM)."""
+        """Claim entries another consumer left unacknowledged for ``min_idle_ms`` (XAUTOCLAIM), with
+        their delivery counts. The scan cursor is kept between calls, so every idle entry is reached
+        however many stay pending before it."""
         reply: Any = self.redis.xautoclaim(
-            self.keys.queue, self.group, consumer, min_idle_time=min_idle_ms, start_id="0-0", count=count
+            self.keys.queue, self.group, consumer, min_idle_time=min_idle_ms, start_id=self._claim_cursor, count=count
         )
+        self._claim_cursor = as_text(reply[0])
         claimed = _entries(reply[1])
         deleted = reply[2] if len(reply) > 2 else []
         if deleted:
             self.redis.xack(self.keys.queue, self.group, *deleted)
-        return claimed
+        return self._with_deliveries(claimed, consumer)
+
+    def _with_deliveries(self, entries: list[QueueEntry], consumer: str) -> list[QueueEntry]:
+        if not entries:
+            return entries
+        pending: Any = self.redis.xpending_range(
+            self.keys.queue,
+            self.group,
+            min=entries[0].entry_id,
+            max=entries[-1].entry_id,
+            count=len(entries) * 2 + 10,
+            consumername=consumer,
+        )
+        counts = {as_text(p["message_id"]): int(p["times_delivered"]) for p in pending}
+        return [QueueEntry(e.entry_id, e.payload, counts.get(e.entry_id, 1)) for e in entries]
 
     def dead_letter(self, entry: QueueEntry, reason: str) -> None:
         self._scripts(
             "dead_letter",
             [self.keys.queue, self.keys.dead_letter],
-            [self.group, entry.entry_id, reason, entry.payload],
+            [self.group, entry.entry_id, reason, entry.payload, DEAD_LETTERS_KEPT],
         )
+
+    # the dead-letter stream, for operators
+
+    def dead_letters(self, limit: int = 100, after: str = "-") -> list[dict[str, Any]]:
+        raw: Any = self.redis.xrange(self.keys.dead_letter, min=after, max="+", count=limit)
+        return [_dead_letter_view(entry_id, fields) for entry_id, fields in raw]
+
+    def dead_letter_by_id(self, entry_id: str) -> dict[str, Any] | None:
+        raw: Any = self.redis.xrange(self.keys.dead_letter, min=entry_id, max=entry_id)
+        return _dead_letter_view(*raw[0]) if raw else None
+
+    def requeue(self, entry_ids: list[str]) -> tuple[int, int]:
+        """Put dead letters back on the queue; returns (requeued, skipped: gone or not queue entries)."""
+        requeued = skipped = 0
+        for start in range(0, len(entry_ids), 500):
+            got = self._scripts("requeue", [self.keys.dead_letter, self.keys.queue], entry_ids[start : start + 500])
+            requeued, skipped = requeued + int(got[0]), skipped + int(got[1])
+        return requeued, skipped
+
+    def purge_dead_letters(self, older_than_ms: int | None = None) -> int:
+        """Delete dead letters (all, or those older than ``older_than_ms``); returns how many."""
+        if older_than_ms is None:
+            count = int(self.redis.xlen(self.keys.dead_letter))  # type: ignore[arg-type]
+            self.redis.delete(self.keys.dead_letter)
+            return count
+        cutoff = f"{max(0, int(time.time() * 1000) - older_than_ms)}-0"
+        return int(self.redis.xtrim(self.keys.dead_letter, minid=cutoff))  # type: ignore[arg-type]
 
     def state(self) -> QueueState:
         pipe = self.redis.pipeline(transaction=False)

@@ -25,6 +25,7 @@ from typing import Any
 from codec import ArchivedPartition, DecodeError
 from codec.elk import as_archived, parse_archived
 from layers.archive import ArchiveLayer
+from layers.queue import DEAD_LETTERS_KEPT
 from layers.replies import as_text
 from layers.scripts import Scripts
 from layers.tiers import Tier
@@ -143,7 +144,12 @@ def _move_batches(archive: ArchiveLayer, tier: Tier, fields: dict[int, list[str]
         archive.seal_many(found, tier)
     pipe = r.pipeline(transaction=False)
     for name, raw in corrupt:
-        pipe.xadd(keys.dead_letter, {"entry": f"simple:{name}", "reason": "corrupt simple-tier record", "p": raw})
+        pipe.xadd(
+            keys.dead_letter,
+            {"entry": f"simple:{name}", "reason": "corrupt simple-tier record", "p": raw},
+            maxlen=DEAD_LETTERS_KEPT,
+            approximate=True,
+        )
     pipe.execute()
     if read or corrupt:
         _delete_unchanged(archive, [*read, *corrupt])

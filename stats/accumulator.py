@@ -48,6 +48,10 @@ class StatsAccumulator:
     def pending(self) -> int:
         return len(self._entries)
 
+    def buffered_ids(self) -> set[str]:
+        """Queue entry ids waiting here for the next flush (delivered to this process already)."""
+        return {entry_id for entry_id, _ in self._entries}
+
     def add(self, entries: Sequence[tuple[str, ArchivedPartition]]) -> list[CommitResult]:
         """Buffer entries whose detail is written; flush ``flush_count`` at a time when that many wait."""
         if entries and not self._entries:

@@ -160,3 +160,36 @@ def test_a_lost_consumer_group_is_created_again(real_redis: redis.Redis, namespa
     drain(daemon)
     assert daemon.archive.archived_total() == 10 and real_redis.xlen(daemon.keys.queue) == 0
     assert 0.25 <= backoff_s(1) <= 0.5 and 15 <= backoff_s(20) <= 30
+
+
+def test_poison_entries_are_dead_lettered_after_bounded_deliveries_and_requeued(
+    engine_url: str, real_redis: redis.Redis, namespace: str
+) -> None:
+    from layers.queue import QueueEntry
+    from tests.helpers import run_cli
+
+    keys = KeySchema(namespace)
+    config = Config(namespace=namespace, block_ms=10, claim_idle_ms=1, max_deliveries=3, stats_flush_interval_s=0.1)
+    daemon = ArchiverDaemon(real_redis, config, consumer="p")
+    daemon.queue.ensure_group()
+    complete_partitions(real_redis, namespace, 3)
+    real_redis.set(keys.completed, "not a hash")  # every write of detail fails: the entries are never archived
+    for _ in range(6):
+        daemon._round_with_retry()
+    assert real_redis.xlen(keys.dead_letter) == 3 and real_redis.xlen(keys.queue) == 0
+    letters = daemon.queue.dead_letters()
+    assert all("after 3 deliveries" in d["reason"] and d["requeueable"] for d in letters)
+    listed = run_cli(engine_url, namespace, "dead-letters", "list")
+    assert listed.returncode == 0 and listed.stdout.count("after 3 deliveries") == 3
+    shown = run_cli(engine_url, namespace, "dead-letters", "show", letters[0]["id"])
+    assert shown.returncode == 0 and orjson.loads(shown.stdout)["id"] == letters[0]["id"]
+    assert run_cli(engine_url, namespace, "dead-letters", "show", "1-1").returncode == 1
+    assert run_cli(engine_url, namespace, "dead-letters", "requeue").returncode == 2
+    real_redis.delete(keys.completed)
+    requeued = run_cli(engine_url, namespace, "dead-letters", "requeue", "--all")
+    assert requeued.returncode == 0 and "requeued 3" in requeued.stdout
+    drain(daemon)
+    assert daemon.archive.archived_total() == 3 and real_redis.xlen(keys.dead_letter) == 0
+    daemon.queue.dead_letter(QueueEntry("0-1", b"{}"), "a hand-made dead letter")
+    assert run_cli(engine_url, namespace, "dead-letters", "purge", "--older-than", "0").stdout.startswith("purged 1")
+    assert run_cli(engine_url, namespace, "dead-letters", "purge").returncode == 2
