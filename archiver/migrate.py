@@ -121,10 +121,10 @@ class ElkMigration:
             self.archive, flush_count=chunk, flush_interval_s=3600, range_width=config.stats_range_width
         )
 
-    def _items(self, source: str) -> Iterator[Item | Rejected]:
+    def _items(self, source: str, keep_detail: bool = True) -> Iterator[Item | Rejected]:
         if source == "batch":
-            return self.source.completed_in_batches()
-        return self.source.completed_in_hash(source)
+            return self.source.completed_in_batches(keep_detail)
+        return self.source.completed_in_hash(source, keep_detail)
 
     def run(
         self, *, dry_run: bool = False, delete_source: bool = False, progress: Progress | None = None
@@ -165,14 +165,12 @@ class ElkMigration:
         """
         found: dict[int, Item] = {}
         for source in SOURCES:
-            for got in self._items(source):
+            for got in self._items(source, keep_detail):
                 if isinstance(got, Rejected):
                     report.rejected.append(got)
                 elif got.archived.partition_id in found:
                     report.copies += 1  # a lower-precedence copy of a partition met already
                 else:
-                    if not keep_detail:
-                        got = got._replace(record=None, raw=b"")
                     found[got.archived.partition_id] = got
                     report.found[source] += 1
                     report.flagged += got.flag is not None

@@ -183,8 +183,10 @@ class ElkSource:
                 if raw is not None:
                     yield fld, raw
 
-    def completed_in_hash(self, source: str) -> Iterator[Item | Rejected]:
-        """Completed records of the active hash (``source='active'``) or of ``elk_archived``, in id order."""
+    def completed_in_hash(self, source: str, keep_detail: bool = True) -> Iterator[Item | Rejected]:
+        """Completed records of the active hash (``source='active'``) or of ``elk_archived``, in id
+        order; without ``keep_detail`` the items carry only the archived fields (a bulk import into
+        a batch tier keeps nothing else)."""
         key = self.keys.partitions if source == "active" else self.keys.archived
         for fld, raw in self.in_pid_order(key):
             try:
@@ -196,7 +198,7 @@ class ElkSource:
                 if source == "archived" or rec.status not in ("pending", "claimed", "running", "failed"):
                     yield Rejected(source, fld, f"status {rec.status!r} in {key}")
                 continue
-            yield _item(rec, source, fld, raw)
+            yield _item(rec, source, fld, raw, keep_detail=keep_detail)
 
     def completed_pids(self, source: str) -> Iterator[tuple[int, str, bytes]]:
         """(pid, field, value) of every record that says it is completed, read without its times:
@@ -222,7 +224,7 @@ class ElkSource:
                 if type(pid) is int and 1 <= pid <= MAX_PARTITION_ID:
                     yield pid, fld, raw
 
-    def completed_in_batches(self) -> Iterator[Item | Rejected]:
+    def completed_in_batches(self, keep_detail: bool = True) -> Iterator[Item | Rejected]:
         """Records of every compressed batch, in id order; among copies of one id in several
         batches (the same completion, compressed twice) the batch first by field name comes first.
 
@@ -247,7 +249,7 @@ class ElkSource:
         found.sort(key=lambda f: (f[0], f[1]))
         for _, name, raw, entry in found:
             worker, flag = self.resolve_worker(entry.worker_no, entry.updated_at)
-            yield _item(entry.to_record(worker), "batch", name, raw, flag)
+            yield _item(entry.to_record(worker), "batch", name, raw, flag, keep_detail=keep_detail)
 
     def survey(self) -> dict[str, FamilySurvey]:
         """Counts per family and status, time span of completions and bytes, reading every record."""
@@ -299,7 +301,9 @@ class ElkSource:
         return deleted
 
 
-def _item(rec: ElkRecord, source: str, fld: str, raw: bytes, flag: str | None = None) -> Item | Rejected:
+def _item(
+    rec: ElkRecord, source: str, fld: str, raw: bytes, flag: str | None = None, *, keep_detail: bool = True
+) -> Item | Rejected:
     where = fld if source != "batch" else f"{fld}/{rec.partition_id}"
     if not 1 <= rec.partition_id <= MAX_PARTITION_ID:
         return Rejected(source, where, f"partition id {rec.partition_id} is outside 1..2^32-1 (the index's reach)")
@@ -310,4 +314,6 @@ def _item(rec: ElkRecord, source: str, fld: str, raw: bytes, flag: str | None = 
         archived = rec.to_archived()
     except ValidationError as exc:
         return Rejected(source, where, f"cannot be archived: {exc}")
+    if not keep_detail:
+        return Item(None, archived, source, fld, b"", flag)
     return Item(rec, archived, source, fld, raw, flag)
