@@ -142,12 +142,19 @@ def _go_value(name: str, value: Any) -> Any:
     return value
 
 
-def decode_elk(raw: bytes | str) -> ElkRecord:
-    """Read a record as Go's ``json.Unmarshal`` would; anything Go rejects is a `DecodeError`."""
+def _loads(raw: bytes | str) -> Any:
     try:
-        data = orjson.loads(raw)
+        return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise DecodeError(f"not valid JSON: {exc}") from None
+
+
+def decode_elk(raw: bytes | str) -> ElkRecord:
+    """Read a record as Go's ``json.Unmarshal`` would; anything Go rejects is a `DecodeError`."""
+    return _elk_from_data(_loads(raw))
+
+
+def _elk_from_data(data: Any) -> ElkRecord:
     if type(data) is not dict:
         raise DecodeError("an elk_coordinator record is a JSON object")
     fast = _as_written_by_go(data)
@@ -205,12 +212,9 @@ def is_elk_json(data: dict[str, Any]) -> bool:
 
 def parse_archived(raw: bytes | str) -> ArchivedPartition | ElkRecord:
     """A stored archive record in either format: partarchive's own or Go's full record."""
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise DecodeError(f"not valid JSON: {exc}") from None
+    data = _loads(raw)
     if type(data) is dict and is_elk_json(data):
-        rec = decode_elk(raw)
+        rec = _elk_from_data(data)
         try:
             rec.to_archived()
         except ValidationError as exc:
@@ -221,12 +225,9 @@ def parse_archived(raw: bytes | str) -> ArchivedPartition | ElkRecord:
 
 def decode_active(raw: bytes | str) -> PartitionInfo | ElkRecord:
     """An active-hash record in either format, Go's kept as Go wrote it."""
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise DecodeError(f"not valid JSON: {exc}") from None
+    data = _loads(raw)
     if type(data) is dict and is_elk_json(data):
-        return decode_elk(raw)
+        return _elk_from_data(data)
     return PartitionInfo.from_json(raw)
 
 
@@ -249,10 +250,7 @@ class ElkWorker(NamedTuple):
 
 
 def decode_elk_worker(raw: bytes | str) -> ElkWorker:
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise DecodeError(f"worker member is not JSON: {exc}") from None
+    data = _loads(raw)
     if type(data) is not dict or type(data.get("worker_id")) is not str:
         raise DecodeError("worker member has no worker_id")
     register = data.get("register_time")
