@@ -353,6 +353,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except redis.RedisError as exc:
         print(f"partarchive: redis error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except OSError as exc:  # a file named on the command line (--output, --rejects)
+        print(f"partarchive: error: {exc.strerror or exc}: {exc.filename or ''}", file=sys.stderr)
+        return EXIT_ERROR
     except KeyboardInterrupt:
         print("partarchive: interrupted", file=sys.stderr)
         return 130

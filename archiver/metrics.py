@@ -114,35 +114,17 @@ class LayerStateCollector(Collector):
             "partarchive_compression_ratio", "JSON bytes over sealed blob bytes, over every seal so far.", value=ratio
         )
         state = transition_state(ArchiveLayer(self.redis, self.keys))
-        yield GaugeMetricFamily(
-            "partarchive_transition_backlog",
-            "Records still in the simple hash above the simple tier.",
-            value=state.simple_left,
-        )
-        yield GaugeMetricFamily(
-            "partarchive_transition_rate", "Records moved per second since the move started.", value=state.move_rate
-        )
-        yield GaugeMetricFamily(
-            "partarchive_transition_eta_seconds",
-            "Estimated seconds until the move finishes (-1 unknown).",
-            value=-1 if state.move_eta_s is None else state.move_eta_s,
-        )
-        yield GaugeMetricFamily(
-            "partarchive_expired_share",
-            "Share of archived partitions whose detail has expired.",
-            value=state.expired_share,
-        )
-        yield GaugeMetricFamily(
-            "partarchive_expiry_lag_seconds",
-            "How far the expiry sweep is behind the retention policy.",
-            value=state.expiry_lag_s,
-        )
-        yield GaugeMetricFamily(
-            "partarchive_expiry_sweep_seconds", "Duration of the last expiry sweep step.", value=state.last_sweep_s
-        )
-        yield GaugeMetricFamily(
-            "partarchive_retention_seconds", "The stored retention policy of the summary tier.", value=state.retention_s
-        )
+        eta = -1 if state.move_eta_s is None else state.move_eta_s
+        for name, text, value in (
+            ("transition_backlog", "Records still in the simple hash above the simple tier.", state.simple_left),
+            ("transition_rate", "Records moved per second since the move started.", state.move_rate),
+            ("transition_eta_seconds", "Estimated seconds until the move finishes (-1 unknown).", eta),
+            ("expired_share", "Share of archived partitions whose detail has expired.", state.expired_share),
+            ("expiry_lag_seconds", "How far the expiry sweep is behind the retention policy.", state.expiry_lag_s),
+            ("expiry_sweep_seconds", "Duration of the last expiry sweep step.", state.last_sweep_s),
+            ("retention_seconds", "The stored retention policy of the summary tier.", state.retention_s),
+        ):
+            yield GaugeMetricFamily(f"partarchive_{name}", text, value=value)
         stats_meta = {as_text(a): as_text(b) for a, b in stats_meta.items()}
         yield GaugeMetricFamily(
             "partarchive_stats_check_ok",

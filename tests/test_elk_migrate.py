@@ -327,3 +327,9 @@ def test_cli_lists_deployments_and_reports(engine_url: str, real_redis: redis.Re
             os.remove(out)
     wrong = run_cli(engine_url, "elk", "export", "--output", out, "--format", "xml")
     assert wrong.returncode == 2 and "Traceback" not in wrong.stderr
+
+
+def test_an_unwritable_output_file_is_one_line(engine_url: str, namespace: str) -> None:
+    result = run_cli(engine_url, namespace, "export", "--output", "/nonexistent-dir/out.jsonl")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1 and "No such file or directory" in result.stderr
