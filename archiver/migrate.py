@@ -117,8 +117,8 @@ class ElkMigration:
         self.keys = config.keys
         self.source = ElkSource(client, key_prefix)
         self.archive = ArchiveLayer(client, self.keys, config.policy)
-        self.stats = StatsAccumulator(
-            self.archive, flush_count=chunk, flush_interval_s=3600, range_width=config.stats_range_width
+        self.stats = StatsAccumulator(  # flushed by `_import`, one commit per chunk
+            self.archive, flush_count=2**62, flush_interval_s=3600, range_width=config.stats_range_width
         )
 
     def _items(self, source: str, keep_detail: bool = True) -> Iterator[Item | Rejected]:

@@ -129,24 +129,23 @@ class GoTime(NamedTuple):
     @classmethod
     def parse(cls, text: str) -> GoTime:
         """Parse RFC 3339 with a zone, as Go's ``time.Time.UnmarshalJSON`` accepts it."""
+        # the canonical shape is taken apart by position with cached pieces (date, clock, zone,
+        # each validated when first met); anything else goes to the regex, which also gives the
+        # precise complaint
+        if type(text) is str and len(text) >= 20 and text[10] == "T":
+            if text[-1] == "Z":
+                offset, frac = 0, text[19:-1]
+            else:
+                offset, frac = _ZONES[text[-6:]], text[19:-6]
+            days, clock = _DATE_DAYS[text[:10]], _CLOCKS[text[11:19]]
+            if offset is not None and days is not None and clock is not None:
+                if not frac:
+                    return tuple.__new__(cls, (days * 86400 + clock - offset, 0, offset))
+                digits = frac[1:]
+                if frac[0] == "." and 0 < len(digits) <= 9 and digits.isascii() and digits.isdigit():
+                    return tuple.__new__(cls, (days * 86400 + clock - offset, int(digits) * _SCALE[len(digits)], offset))
         if not isinstance(text, str):
             raise DecodeError("a time must be an RFC 3339 string")
-        # the canonical shape is taken apart by position with cached pieces (date, clock, zone);
-        # anything else goes to the regex, which also gives the precise complaint
-        if len(text) >= 20 and text[10] == "T" and text.isascii():
-            offset: int | None
-            if text[-1] == "Z":
-                body, offset = text[:-1], 0
-            else:
-                body, offset = text[:-6], _ZONES[text[-6:]]
-            days, seconds = _DATE_DAYS[text[:10]], _CLOCKS[text[11:19]]
-            if offset is not None and days is not None and seconds is not None:
-                if len(body) == 19:
-                    return tuple.__new__(cls, (days * 86400 + seconds - offset, 0, offset))
-                frac = body[20:]
-                if body[19] == "." and 0 < len(frac) <= 9 and frac.isdigit():
-                    nanos = int(frac) * _SCALE[len(frac)]
-                    return tuple.__new__(cls, (days * 86400 + seconds - offset, nanos, offset))
         return cls._parse_slow(text)
 
     @classmethod

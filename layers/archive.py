@@ -42,6 +42,19 @@ _ARCHIVED_JSON_NAMES = len(b'"partition_id":"min_id":"max_id":"worker_id":"compl
 
 
 @dataclass(frozen=True, slots=True)
+class _SealWrite:
+    """One batch's new blob and what the seal script checks before writing it."""
+
+    batch_no: int
+    digest: str  # SHA1 of the blob read ('' if none)
+    staged: int  # staged records read
+    blob: bytes
+    json_bytes: int
+    blob_growth: int
+    newest: int  # newest completion in the batch (the expiry index's score)
+
+
+@dataclass(frozen=True, slots=True)
 class CommitResult:
     total: int
     tier: Tier
@@ -134,11 +147,15 @@ class ArchiveLayer:
         ``ops`` are (position in ``stats_keys``, '+'|'<'|'>', field, value).
         """
         k = self.keys
-        args: list[object] = [ARCHIVER_GROUP, self.policy.compressed_from, self.policy.summary_above, len(counted)]
-        for entry_id, part in counted:
-            args += [entry_id, part.partition_id]
-        args.append(len(ack_only))
-        args += ack_only
+        entry_ids = [entry_id for entry_id, _ in counted if entry_id != "-"]
+        args: list[object] = [
+            ARCHIVER_GROUP,
+            self.policy.compressed_from,
+            self.policy.summary_above,
+            ",".join([str(part.partition_id) for _, part in counted]),
+            ",".join(entry_ids),
+            ",".join([entry_id for entry_id in ack_only if entry_id != "-"]),
+        ]
         for key_pos, op, field, value in ops:
             args += [key_pos + 4, op, field, value]
         reply = self._scripts("commit", [k.index, k.queue, k.archive_meta, *stats_keys], args)
@@ -204,7 +221,16 @@ class ArchiveLayer:
         return list(raw)
 
     def indexed(self, pids: Sequence[int]) -> list[bool]:
-        """Whether each partition's index bit is set (one BITFIELD per 1,000 pids)."""
+        """Whether each partition's index bit is set: ids close together are read as one GETRANGE
+        of the bitmap (up to 64 bytes per id), scattered ones by BITFIELD, 1,000 per call."""
+        if not pids:
+            return []
+        lo, hi = min(pids), max(pids)
+        if (hi >> 3) - (lo >> 3) < 64 * len(pids):
+            first = lo >> 3
+            raw: Any = self.redis.getrange(self.keys.index, first, hi >> 3)
+            size = len(raw)
+            return [(pid >> 3) - first < size and raw[(pid >> 3) - first] & (0x80 >> (pid & 7)) != 0 for pid in pids]
         out: list[bool] = []
         for start in range(0, len(pids), 1000):
             field = self.redis.bitfield(self.keys.index)
@@ -246,14 +272,17 @@ class ArchiveLayer:
             pipe.get(batch_key)
             pipe.hgetall(stage_key)
             blob, staged = pipe.execute()
-            sealed = self._seal_write(batch_no, blob, staged, extra, tier)
-            if sealed is not None:
-                return sealed
+            write = self._prepare_seal(batch_no, blob, staged, extra)
+            if isinstance(write, bool):
+                return write
+            if self._write_seals([write], tier):
+                return True
         raise RuntimeError(f"batch {batch_no}: gave up sealing after {_SEAL_RETRIES} conflicts")
 
     def seal_many(self, batches: dict[int, list[ArchivedPartition]], tier: Tier | None = None) -> int:
         """Seal several batches with records in hand (a bulk import): their blobs and staging are
-        read in one round trip, each batch is encoded once; a batch changed meanwhile is retried."""
+        read in one round trip, each batch is encoded once and all are written in one more; a
+        batch changed meanwhile is sealed again on its own."""
         numbers = sorted(batches)
         pipe = self.redis.pipeline(transaction=False)
         for b in numbers:
@@ -262,21 +291,23 @@ class ArchiveLayer:
         replies = pipe.execute()
         tier = tier or self.tier()
         self.workers.register({p.worker_id for parts in batches.values() for p in parts})
-        sealed = 0
+        writes: list[_SealWrite] = []
+        again = []
         for i, b in enumerate(numbers):
-            done = self._seal_write(b, replies[2 * i], replies[2 * i + 1], batches[b], tier)
-            sealed += bool(self.seal(b, tier, batches[b]) if done is None else done)
-        return sealed
+            write = self._prepare_seal(b, replies[2 * i], replies[2 * i + 1], batches[b])
+            if isinstance(write, _SealWrite):
+                writes.append(write)
+            elif write is None:
+                again.append(b)
+        written = self._write_seals(writes, tier)
+        again += [w.batch_no for w in writes if w.batch_no not in written]
+        return len(written) + sum(self.seal(b, tier, batches[b]) for b in sorted(again))
 
-    def _seal_write(
-        self,
-        batch_no: int,
-        blob: bytes | None,
-        staged: dict[bytes, bytes],
-        extra: Sequence[ArchivedPartition],
-        tier: Tier | None,
-    ) -> bool | None:
-        """Encode blob + staging + extra and write it if nothing changed; None means read again."""
+    def _prepare_seal(
+        self, batch_no: int, blob: bytes | None, staged: dict[bytes, bytes], extra: Sequence[ArchivedPartition]
+    ) -> _SealWrite | bool | None:
+        """The seal of blob + staging + extra, encoded; False if there is nothing to seal, None
+        if only corrupt records were staged (dropped here: read again)."""
         if not staged and not extra:
             self.redis.zrem(self.keys.open_batches, str(batch_no))
             return False
@@ -299,21 +330,39 @@ class ArchiveLayer:
             self.redis.hdel(self.keys.staging(batch_no), *staged.keys())
             return None
         merged = [records[pid] for pid in sorted(records)]
-        workers = self.workers.register(p.worker_id for p in merged)
-        new_blob = encode_blob(merged, workers)
-        digest = hashlib.sha1(blob).hexdigest() if blob else ""
-        keys = [self.keys.batch(batch_no), self.keys.staging(batch_no)]
-        if not int(self._scripts("seal", keys, [digest, len(staged), new_blob])):
-            return None
-        self.seals[batch_no] += 1
+        new_blob = encode_blob(merged, self.workers.register(p.worker_id for p in merged))
+        return _SealWrite(
+            batch_no,
+            hashlib.sha1(blob).hexdigest() if blob else "",
+            len(staged),
+            new_blob,
+            json_bytes,
+            len(new_blob) - len(blob or b""),
+            max(p.completed_at for p in merged),
+        )
+
+    def _write_seals(self, writes: list[_SealWrite], tier: Tier | None) -> set[int]:
+        """Send the seal scripts in one round trip, then the bookkeeping of those that were not
+        refused (open-batch set, byte counters, expiry index) in another; returns the sealed."""
+        if not writes:
+            return set()
+        pipe = self.redis.pipeline(transaction=False)
+        for w in writes:
+            keys = [self.keys.batch(w.batch_no), self.keys.staging(w.batch_no)]
+            self._scripts.on(pipe, "seal", keys, [w.digest, w.staged, w.blob])
+        done = [w for w, ok in zip(writes, pipe.execute(), strict=True) if int(ok)]
+        if not done:
+            return set()
+        for w in done:
+            self.seals[w.batch_no] += 1
         pipe = self.redis.pipeline(transaction=False)
         if (tier or self.tier()) is Tier.SUMMARY:
-            pipe.zadd(self.keys.expiry, {str(batch_no): max(p.completed_at for p in merged)})
-        pipe.zrem(self.keys.open_batches, str(batch_no))
-        pipe.hincrby(self.keys.archive_meta, "sealed_json_bytes", json_bytes)
-        pipe.hincrby(self.keys.archive_meta, "sealed_blob_bytes", len(new_blob) - len(blob or b""))
+            pipe.zadd(self.keys.expiry, {str(w.batch_no): w.newest for w in done})
+        pipe.zrem(self.keys.open_batches, *(str(w.batch_no) for w in done))
+        pipe.hincrby(self.keys.archive_meta, "sealed_json_bytes", sum(w.json_bytes for w in done))
+        pipe.hincrby(self.keys.archive_meta, "sealed_blob_bytes", sum(w.blob_growth for w in done))
         pipe.execute()
-        return True
+        return {w.batch_no for w in done}
 
     def _decode_existing(self, batch_no: int, blob: bytes | None) -> list[ArchivedPartition]:
         """Records already sealed in a batch. A corrupt blob is copied to the quarantine key (its

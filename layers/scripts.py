@@ -31,9 +31,13 @@ class Scripts:
         self._client = client
         self._registered: dict[str, Script] = {}
 
-    def __call__(self, name: str, keys: list[str], args: list[Any]) -> Any:
+    def __call__(self, name: str, keys: list[str], args: list[Any], client: Any = None) -> Any:
         script = self._registered.get(name)
         if script is None:
             script = self._client.register_script(script_source(name))
             self._registered[name] = script
-        return script(keys=keys, args=args)
+        return script(keys=keys, args=args, client=client)
+
+    def on(self, pipe: Any, name: str, keys: list[str], args: list[Any]) -> None:
+        """Queue the script on a pipeline (loaded, if missing, when the pipeline executes)."""
+        self(name, keys, args, client=pipe)

@@ -231,3 +231,39 @@ def test_a_corrupt_staged_record_is_dead_lettered_not_fatal(real_redis: redis.Re
     )
     assert not real_redis.exists(layer.keys.staging(4))
     assert b"corrupt staged record" in real_redis.xrange(layer.keys.dead_letter)[0][1][b"reason"]
+
+
+@pytest.mark.parametrize("spread", [1, 997, 1_000_003])
+def test_index_lookup_agrees_with_getbit_dense_or_scattered(real_redis: redis.Redis, namespace: str, spread: int) -> None:
+    layer = archive_layer(real_redis, namespace)
+    pids = [1 + i * spread for i in range(300)]
+    for pid in pids[::3]:
+        real_redis.setbit(layer.keys.index, pid, 1)
+    asked = pids + [pids[-1] + 8 * 10**6]  # one beyond the end of the bitmap
+    expected = [bool(real_redis.getbit(layer.keys.index, pid)) for pid in asked]
+    assert sum(expected) == 100
+    assert layer.indexed(asked) == expected
+    assert layer.indexed(list(reversed(asked))) == list(reversed(expected))
+
+
+def test_seal_many_writes_in_one_pass_and_reseals_a_batch_changed_meanwhile(
+    real_redis: redis.Redis, namespace: str
+) -> None:
+    layer = archive_layer(real_redis, namespace, compressed_from=0)
+    records = parts(1000, 300)
+    by_batch = {b: [r for r in records if r.partition_id // 100 == b] for b in (10, 11, 12)}
+    late = parts(1150, 1)[0]
+    original = layer._prepare_seal
+
+    def stage_meanwhile(batch_no: int, *args: object) -> object:
+        prepared = original(batch_no, *args)  # type: ignore[arg-type]
+        if batch_no == 11:
+            layer.stage([late])  # another archiver stages into batch 11 before the write
+        return prepared
+
+    layer._prepare_seal = stage_meanwhile  # type: ignore[method-assign]
+    assert layer.seal_many({b: [r for r in rs if r != late] for b, rs in by_batch.items()}) == 3
+    for b, rs in by_batch.items():
+        assert layer.decode_batch(real_redis.get(layer.keys.batch(b))) == rs  # type: ignore[arg-type]
+        assert not real_redis.exists(layer.keys.staging(b))
+    assert layer.seals[11] == 1 and layer.open_batch_count() == 0

@@ -3,18 +3,54 @@
 -- delete their queue entries, all in one step. If any counted partition already has its
 -- index bit (a redelivered entry), nothing is written and the duplicates are returned, so
 -- the caller can rebuild the statistics without them and move them to the ack-only list.
+-- Ids travel as comma-separated lists (one argument each, not one per id) and the bits are
+-- read and set by BITFIELD, 1,000 per call: this runs for every archived partition.
 -- KEYS[1] index bitmap   KEYS[2] archive queue   KEYS[3] archive meta hash
 -- KEYS[4..] statistics hashes (the ops below address them by position in KEYS)
 -- ARGV[1] consumer group   ARGV[2] compressed_from   ARGV[3] summary_above
--- ARGV[4] n, then n pairs: entry id ('-' = none: an import), pid   (counted entries)
--- then m, then m entry ids                                 (ack-only entries)
--- then quads until the end: key index, op, field, value    (op: '+' HINCRBY, '<' keep min, '>' keep max)
+-- ARGV[4] counted pids, comma-separated
+-- ARGV[5] their queue entry ids, comma-separated ('' for an import, which has no entries)
+-- ARGV[6] entry ids to acknowledge only, comma-separated ('' if none)
+-- ARGV[7..] quads until the end: key index, op, field, value (op: '+' HINCRBY, '<' keep min, '>' keep max)
 -- Returns {'dup', pid...} or {'ok', total archived, tier, n}.
-local n = tonumber(ARGV[4])
+local function split(list)
+  local out = {}
+  for item in string.gmatch(list, '[^,]+') do
+    out[#out + 1] = item
+  end
+  return out
+end
+
+local function bitfield(op, pids, first, last)
+  local args = {}
+  for i = first, last do
+    args[#args + 1] = op
+    args[#args + 1] = 'u1'
+    args[#args + 1] = pids[i]
+    if op == 'SET' then
+      args[#args + 1] = 1
+    end
+  end
+  return redis.call('BITFIELD', KEYS[1], unpack(args))
+end
+
+local function ack(ids)
+  for first = 1, #ids, 1000 do
+    local last = math.min(#ids, first + 999)
+    redis.call('XACK', KEYS[2], ARGV[1], unpack(ids, first, last))
+    redis.call('XDEL', KEYS[2], unpack(ids, first, last))
+  end
+end
+
+local pids = split(ARGV[4])
+local n = #pids
 local dups = {}
-for i = 5, 4 + 2 * n, 2 do
-  if redis.call('GETBIT', KEYS[1], ARGV[i + 1]) == 1 then
-    dups[#dups + 1] = ARGV[i + 1]
+for first = 1, n, 1000 do
+  local last = math.min(n, first + 999)
+  for i, bit in ipairs(bitfield('GET', pids, first, last)) do
+    if bit == 1 then
+      dups[#dups + 1] = pids[first + i - 1]
+    end
   end
 end
 if #dups > 0 then
@@ -23,24 +59,18 @@ if #dups > 0 then
 end
 local meta_max = tonumber(redis.call('HGET', KEYS[3], 'max_pid') or '0')
 local max_pid = meta_max
-for i = 5, 4 + 2 * n, 2 do
-  local pid = ARGV[i + 1]
-  redis.call('SETBIT', KEYS[1], pid, 1)
-  max_pid = math.max(max_pid, tonumber(pid))
-  if ARGV[i] ~= '-' then
-    redis.call('XACK', KEYS[2], ARGV[1], ARGV[i])
-    redis.call('XDEL', KEYS[2], ARGV[i])
+for first = 1, n, 1000 do
+  bitfield('SET', pids, first, math.min(n, first + 999))
+end
+for i = 1, n do
+  local pid = tonumber(pids[i])
+  if pid > max_pid then
+    max_pid = pid
   end
 end
-local pos = 5 + 2 * n
-local m = tonumber(ARGV[pos])
-for i = pos + 1, pos + m do
-  if ARGV[i] ~= '-' then
-    redis.call('XACK', KEYS[2], ARGV[1], ARGV[i])
-    redis.call('XDEL', KEYS[2], ARGV[i])
-  end
-end
-for i = pos + m + 1, #ARGV, 4 do
+ack(split(ARGV[5]))
+ack(split(ARGV[6]))
+for i = 7, #ARGV, 4 do
   local key, op, field, value = KEYS[tonumber(ARGV[i])], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   if op == '+' then
     redis.call('HINCRBY', key, field, value)
