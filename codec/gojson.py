@@ -143,7 +143,8 @@ class GoTime(NamedTuple):
                     return tuple.__new__(cls, (days * 86400 + clock - offset, 0, offset))
                 digits = frac[1:]
                 if frac[0] == "." and 0 < len(digits) <= 9 and digits.isascii() and digits.isdigit():
-                    return tuple.__new__(cls, (days * 86400 + clock - offset, int(digits) * _SCALE[len(digits)], offset))
+                    nanos = int(digits) * _SCALE[len(digits)]
+                    return tuple.__new__(cls, (days * 86400 + clock - offset, nanos, offset))
         if not isinstance(text, str):
             raise DecodeError("a time must be an RFC 3339 string")
         return cls._parse_slow(text)

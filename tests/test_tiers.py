@@ -234,12 +234,14 @@ def test_a_corrupt_staged_record_is_dead_lettered_not_fatal(real_redis: redis.Re
 
 
 @pytest.mark.parametrize("spread", [1, 997, 1_000_003])
-def test_index_lookup_agrees_with_getbit_dense_or_scattered(real_redis: redis.Redis, namespace: str, spread: int) -> None:
+def test_index_lookup_agrees_with_getbit_dense_or_scattered(
+    real_redis: redis.Redis, namespace: str, spread: int
+) -> None:
     layer = archive_layer(real_redis, namespace)
     pids = [1 + i * spread for i in range(300)]
     for pid in pids[::3]:
         real_redis.setbit(layer.keys.index, pid, 1)
-    asked = pids + [pids[-1] + 8 * 10**6]  # one beyond the end of the bitmap
+    asked = [*pids, pids[-1] + 8 * 10**6]  # one beyond the end of the bitmap
     expected = [bool(real_redis.getbit(layer.keys.index, pid)) for pid in asked]
     assert sum(expected) == 100
     assert layer.indexed(asked) == expected
