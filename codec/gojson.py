@@ -133,6 +133,7 @@ class GoTime(NamedTuple):
         # each validated when first met); anything else goes to the regex, which also gives the
         # precise complaint
         if type(text) is str and len(text) >= 20 and text[10] == "T":
+            offset: int | None
             if text[-1] == "Z":
                 offset, frac = 0, text[19:-1]
             else:

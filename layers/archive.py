@@ -275,7 +275,7 @@ class ArchiveLayer:
             write = self._prepare_seal(batch_no, blob, staged, extra)
             if isinstance(write, bool):
                 return write
-            if self._write_seals([write], tier):
+            if write is not None and self._write_seals([write], tier):
                 return True
         raise RuntimeError(f"batch {batch_no}: gave up sealing after {_SEAL_RETRIES} conflicts")
 

@@ -233,6 +233,16 @@ def test_a_corrupt_staged_record_is_dead_lettered_not_fatal(real_redis: redis.Re
     assert b"corrupt staged record" in real_redis.xrange(layer.keys.dead_letter)[0][1][b"reason"]
 
 
+def test_a_batch_with_only_corrupt_staged_records_is_cleared(real_redis: redis.Redis, namespace: str) -> None:
+    layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=0)
+    layer.stage(parts(300, 1))
+    real_redis.hset(layer.keys.staging(3), "300", b"{broken")
+    assert layer.seal(3) is False
+    assert not real_redis.exists(layer.keys.staging(3)) and not real_redis.exists(layer.keys.batch(3))
+    assert layer.open_batch_count() == 0
+    assert len(real_redis.xrange(layer.keys.dead_letter)) == 1
+
+
 @pytest.mark.parametrize("spread", [1, 997, 1_000_003])
 def test_index_lookup_agrees_with_getbit_dense_or_scattered(
     real_redis: redis.Redis, namespace: str, spread: int
