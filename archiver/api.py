@@ -22,8 +22,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from archiver.config import Config
 from archiver.metrics import register_state_collector
 from archiver.router import QueryRouter
-from codec import ValidationError
+from codec import PartArchiveError, ValidationError
 from layers import MAX_PARTITION_ID, ActiveLayer
+from layers.liveness import Liveness
+from layers.meta import is_wrong_type, wrong_type_error
 from stats import StatsReader
 
 log = structlog.get_logger("partarchive.api")
@@ -63,6 +65,7 @@ class StatusBody(BaseModel):
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
+    409: {"model": ErrorBody, "description": "stored data is not what partarchive wrote (names the key)"},
     422: {"model": ErrorBody, "description": "invalid request"},
     503: {"model": ErrorBody, "description": "Redis unavailable"},
 }
@@ -113,8 +116,15 @@ def create_app(client: redis.Redis, config: Config) -> FastAPI:
     async def bad_value(_request: Request, exc: ValidationError) -> JSONResponse:
         return _error(422, "invalid request", str(exc))
 
+    @app.exception_handler(PartArchiveError)
+    async def damaged(_request: Request, exc: PartArchiveError) -> JSONResponse:
+        log.warning("namespace data is damaged", error=str(exc))
+        return _error(409, "stored data is not what partarchive wrote", str(exc))
+
     @app.exception_handler(redis.RedisError)
-    async def redis_down(_request: Request, exc: redis.RedisError) -> JSONResponse:
+    async def redis_down(request: Request, exc: redis.RedisError) -> JSONResponse:
+        if is_wrong_type(exc):
+            return await damaged(request, wrong_type_error(client, keys))
         log.warning("redis error", error=str(exc))
         return _error(503, "redis unavailable", type(exc).__name__)
 
@@ -180,7 +190,12 @@ def create_app(client: redis.Redis, config: Config) -> FastAPI:
 
     @app.get("/readyz", response_model=StatusBody, responses={503: {"model": ErrorBody}})
     def readyz() -> Any:
+        """Ready unless Redis is unreachable, or no archiver is alive while entries wait in the queue."""
         client.ping()
+        if not Liveness(client, keys).archivers():
+            backlog = int(client.xlen(keys.queue))  # type: ignore[arg-type]
+            if backlog:
+                return _error(503, "no live archiver while the queue grows", {"queue_length": backlog})
         return {"status": "ready"}
 
     @app.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})

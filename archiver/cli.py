@@ -17,6 +17,7 @@ from archiver.config import DEFAULT_REDIS_URL, Config
 from archiver.engine import connect, open_engine, redact_url
 from archiver.output import print_json
 from codec.errors import PartArchiveError
+from layers.meta import is_wrong_type, wrong_type_error
 
 EXIT_NOT_FOUND = 1
 EXIT_ERROR = 2
@@ -105,6 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     dead_purge = dead_sub.add_parser("purge", parents=[common], help="delete dead letters")
     dead_purge.add_argument("--all", action="store_true")
     dead_purge.add_argument("--older-than", type=float, metavar="SECONDS")
+
+    archivers = sub.add_parser("archivers", parents=[common], help="live archivers: host, pid, rate, pending")
+    archivers.add_argument("--all", action="store_true", help="archivers that stopped beating too")
+    archivers.add_argument("--json", action="store_true")
 
     retention = sub.add_parser("retention", parents=[common], help="show or set the summary tier's retention")
     retention.add_argument("seconds", nargs="?", type=int, help="new retention in seconds (stored; applies at once)")
@@ -198,6 +203,18 @@ def cmd_status(args: argparse.Namespace, config: Config) -> int:
         print_json(report)
     else:
         print(format_status(report))
+    return 0
+
+
+def cmd_archivers(args: argparse.Namespace, config: Config) -> int:
+    from archiver.status import format_archivers
+    from layers.liveness import Liveness
+
+    found = Liveness(connect(config.redis_url or DEFAULT_REDIS_URL), config.keys).archivers(include_dead=args.all)
+    if args.json:
+        print_json([h.to_dict() for h in found])
+    else:
+        print(format_archivers(found, config.namespace))
     return 0
 
 
@@ -334,12 +351,14 @@ COMMANDS = {
     "demo": cmd_demo,
     "migrate": cmd_migrate,
     "retention": cmd_retention,
+    "archivers": cmd_archivers,
     "dead-letters": cmd_dead_letters,
     "export": cmd_export,
 }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    config: Config | None = None
     try:
         args = build_parser().parse_args(argv)
         config = _config(args)
@@ -351,7 +370,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"partarchive: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except redis.RedisError as exc:
-        print(f"partarchive: redis error: {exc}", file=sys.stderr)
+        if is_wrong_type(exc) and config is not None:
+            typed = wrong_type_error(connect(config.redis_url or DEFAULT_REDIS_URL), config.keys)
+            print(f"partarchive: error: {typed}", file=sys.stderr)
+        else:
+            print(f"partarchive: redis error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except OSError as exc:  # a file named on the command line (--output, --rejects)
         print(f"partarchive: error: {exc.strerror or exc}: {exc.filename or ''}", file=sys.stderr)

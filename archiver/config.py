@@ -30,6 +30,7 @@ class Config:
     claim_idle_ms: int = 60_000
     max_deliveries: int = 5
     drain_timeout_s: float = 10.0
+    health_interval_s: float = 5.0
     lease_timeout_s: float = 300.0
     compressed_from: int = _TIERS.compressed_from
     summary_above: int = _TIERS.summary_above
@@ -79,6 +80,7 @@ class Config:
                 raise ValidationError(f"{name} must be at least 1")
         if (
             self.drain_timeout_s <= 0
+            or self.health_interval_s <= 0
             or self.lease_timeout_s <= 0
             or self.maintenance_interval_s < 0
             or self.stats_flush_interval_s <= 0

@@ -26,7 +26,8 @@ import redis
 import structlog
 
 from archiver.config import Config
-from archiver.metrics import GROUP_RECREATED, STATS_FLUSHES
+from archiver.metrics import CONSUMERS_REMOVED, GROUP_RECREATED, STATS_FLUSHES
+from archiver.pacing import MaintenancePacer
 from codec import ArchivedPartition, DecodeError
 from codec.elk import ElkRecord, as_archived, parse_archived
 from layers import (
@@ -38,14 +39,15 @@ from layers import (
     Tier,
     migrate_step,
 )
+from layers.errors import CorruptMetadata, WrongKeyType
+from layers.liveness import STALE_AFTER_S, ArchiverHealth, Liveness
 from layers.maintenance import MaintenanceLock
+from layers.meta import find_wrong_type, typed_errors
 from stats import StatsAccumulator, StatsChecker, StatsCompactor
 
 log = structlog.get_logger("partarchive.archiver")
 
 _HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-#: Maintenance time allowed per unit of archiving time while entries flow (1/5: archiving keeps 5/6).
-MAINTENANCE_SHARE = 0.2
 BACKOFF_BASE_S = 0.5
 BACKOFF_MAX_S = 30.0
 
@@ -86,13 +88,20 @@ class ArchiverDaemon:
         )
         self.lock = MaintenanceLock(redis_client, self.keys, self.consumer, config.maintenance_lock_ttl_s)
         self.has_lock = False
+        self.liveness = Liveness(redis_client, self.keys)
+        self.started = time.time()
+        self._next_beat = 0.0
+        self._beat_archived = 0
+        self._beat_at = time.monotonic()
         self._failures = 0  # rounds failed in a row (backoff)
         self._verify_due = False  # re-check the archive against the index (after the group was lost)
-        self._credit = 0.0  # seconds of maintenance earned by archiving (see `maintain`)
-        self._batch_cost = 0.005  # seconds one batch of a tier move has taken, smoothed
         self._tier = Tier.SIMPLE
         self._pause_after_read_s = float(os.environ.get("PARTARCHIVE_FAULT_PAUSE_AFTER_READ", "0"))
-        self._pause_after_step_s = float(os.environ.get("PARTARCHIVE_FAULT_PAUSE_AFTER_STEP", "0"))
+        self.pacer = MaintenancePacer(
+            config.maintenance_slice_s,
+            config.policy.migrate_chunk // config.policy.batch_size,
+            float(os.environ.get("PARTARCHIVE_FAULT_PAUSE_AFTER_STEP", "0")),
+        )
 
     def stop(self) -> None:
         """Ask the loop to finish the batch in hand and return."""
@@ -103,7 +112,14 @@ class ArchiverDaemon:
         return self._stop.is_set()
 
     def run(self, *, install_signals: bool = True) -> None:
-        """Run until `stop()` or SIGTERM/SIGINT; a second signal or the drain deadline exits hard."""
+        """Run until `stop()` or SIGTERM/SIGINT; a second signal or the drain deadline exits hard.
+
+        Stored data that contradicts the configuration or is not partarchive's (a batch size or
+        range width other than the stored one, `CorruptMetadata`, `WrongKeyType`) is refused at
+        start, with that error. Met later, it fails rounds like any error (logged, naming the
+        key); entries that keep failing are dead-lettered after ``max_deliveries``.
+        """
+        self.check_settings()
         previous: dict[int, Any] = {}
         if install_signals and threading.current_thread() is threading.main_thread():
             for sig in _HANDLED_SIGNALS:
@@ -124,9 +140,20 @@ class ArchiverDaemon:
         finally:
             self.flush()
             self.release_lock()
+            self.leave()
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             log.info("archiver stopped", consumer=self.consumer, archived=self.archived)
+
+    def check_settings(self) -> None:
+        """Refuse to start when the configuration contradicts what the namespace stores (batch
+        size, statistics range width, tampered metadata): a `PartArchiveError`, one line in the CLI."""
+        wrong = find_wrong_type(self.archive.redis, self.keys)
+        if wrong is not None:
+            raise wrong
+        self.archive.check_meta()
+        self.archive.check_batch_size()
+        self.stats.check_range_width()
 
     def flush(self) -> None:
         """Commit what the statistics accumulator holds (also done on stop).
@@ -137,7 +164,7 @@ class ArchiverDaemon:
             return
         try:
             self._note(self.stats.flush())
-        except redis.RedisError as exc:
+        except (redis.RedisError, CorruptMetadata, WrongKeyType) as exc:
             log.warning("final flush failed; entries stay pending for another archiver", error=str(exc))
 
     def release_lock(self) -> None:
@@ -147,6 +174,40 @@ class ArchiverDaemon:
             except redis.RedisError as exc:
                 log.warning("could not release the maintenance lock; it expires by itself", error=str(exc))
             self.has_lock = False
+
+    def leave(self) -> None:
+        try:
+            self.liveness.leave(self.consumer)
+        except redis.RedisError as exc:
+            log.warning("could not remove the health entry; it goes stale by itself", error=str(exc))
+
+    def beat(self) -> None:
+        """Refresh this archiver's health entry and delete consumers of archivers that died,
+        every ``health_interval_s``."""
+        now = time.monotonic()
+        if now < self._next_beat:
+            return
+        self._next_beat = now + self.config.health_interval_s
+        rate = (self.archived - self._beat_archived) / max(now - self._beat_at, 1e-3)
+        self._beat_archived, self._beat_at = self.archived, now
+        self.liveness.beat(
+            ArchiverHealth(
+                self.consumer,
+                os.getpid(),
+                socket.gethostname(),
+                self.started,
+                0.0,
+                round(rate, 1),
+                self.stats.pending,
+                self.archived,
+                stale_after_s=max(STALE_AFTER_S, 3 * self.config.health_interval_s),
+            )
+        )
+        removed = self.liveness.remove_dead_consumers(self.config.claim_idle_ms)
+        if removed:
+            CONSUMERS_REMOVED.inc(len(removed))
+            log.info("removed consumers of dead archivers", consumers=removed)
+        self.liveness.forget_dead()
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if self._stop.is_set():
@@ -201,7 +262,12 @@ class ArchiverDaemon:
 
         Returns the queue entries handled plus the maintenance items done (0 = nothing to do).
         """
+        with typed_errors(self.archive.redis, self.keys):
+            return self._round()
+
+    def _round(self) -> int:
         cfg = self.config
+        self.beat()
         entries = self.queue.take_over(self.consumer, cfg.claim_idle_ms, cfg.read_count)
         if entries:
             log.info("took over idle entries", count=len(entries))
@@ -216,10 +282,7 @@ class ArchiverDaemon:
         """Flush due statistics; seal idle batches (every ``maintenance_interval_s``); and, holding
         the maintenance lock, advance tier moves, expiry sweeps and adoption.
 
-        Maintenance yields to the live queue: a round that archived entries earns it a fifth
-        of the time the round took (so archiving keeps five sixths of the process), an idle round
-        a slice of ``maintenance_slice_s``; steps are sized to the time earned, from what a batch
-        has cost so far, and time spent beyond it is paid back by later rounds.
+        Maintenance yields to the live queue (see `MaintenancePacer`).
         """
         flushed = 0
         if self.stats.due():
@@ -236,25 +299,9 @@ class ArchiverDaemon:
             self.has_lock = held
         if not self.has_lock:
             return flushed + done
-        if busy_s:
-            self._credit = min(self._credit + busy_s * MAINTENANCE_SHARE, self.config.maintenance_slice_s)
-        else:
-            self._credit = max(self._credit, self.config.maintenance_slice_s)
-        steps = 0
-        most = max(1, self.config.policy.migrate_chunk // self.config.policy.batch_size)
-        while self._credit >= self._batch_cost:
-            batches = max(1, min(most, int(self._credit / self._batch_cost)))
-            started = time.monotonic()
-            step = migrate_step(self.archive, max_batches=batches) or self.compactor.step()
-            spent = time.monotonic() - started
-            if not step:
-                self._credit = 0.0  # nothing to do: no credit is saved up for later
-                break
-            steps += step
-            self._credit -= spent
-            self._batch_cost = 0.8 * self._batch_cost + 0.2 * max(spent / batches, 1e-5)
-            if self._pause_after_step_s:  # fault injection for the crash tests
-                time.sleep(self._pause_after_step_s)
+        steps = self.pacer.run(
+            busy_s, lambda batches: migrate_step(self.archive, max_batches=batches) or self.compactor.step()
+        )
         if steps:
             log.debug("maintenance", items=steps, tier=self.archive.tier().value)
         if self._verify_due:

@@ -18,6 +18,7 @@ import redis
 from codec import ArchivedPartition, DecodeError
 from codec.elk import ElkRecord, archived_as_elk, as_archived, parse_archived
 from layers import ArchiveLayer
+from layers.meta import stored_int
 from layers.replies import as_text
 
 FORMATS = ("elk", "native")
@@ -44,8 +45,8 @@ class Exporter:
     def records(self) -> Iterator[tuple[int, bytes]]:
         """(pid, line) for every archived partition with detail: simple hash, staging, batches."""
         keys = self.archive.keys
-        meta: Any = self.redis.hget(keys.archive_meta, "max_pid")
-        seen = bytearray((int(meta or 0) >> 3) + 1)
+        max_pid = stored_int(keys.archive_meta, "max_pid", self.redis.hget(keys.archive_meta, "max_pid"), default=0)
+        seen = bytearray((max_pid >> 3) + 1)
 
         def first(pid: int) -> bool:
             if pid >> 3 >= len(seen):
@@ -70,7 +71,7 @@ class Exporter:
         for batch_no in open_batches:
             for fld, raw in self.redis.hscan_iter(keys.staging(int(batch_no)), count=_SCAN):
                 yield from stored(f"staging:{as_text(fld)}", raw)
-        last_batch = self.archive.policy.batch_of(int(meta or 0))
+        last_batch = self.archive.policy.batch_of(max_pid)
         for start in range(0, last_batch + 1, 100):
             pipe = self.redis.pipeline(transaction=False)
             numbers = range(start, min(last_batch + 1, start + 100))

@@ -16,8 +16,10 @@ from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from codec import ACTIVE_STATUSES
+from codec import ACTIVE_STATUSES, PartArchiveError
 from layers import ArchiveLayer, KeySchema, Tier
+from layers.liveness import Liveness
+from layers.meta import stored_int, typed_errors
 from layers.queue import oldest_pending_age
 from layers.replies import as_text
 from layers.transitions import transition_state
@@ -35,6 +37,9 @@ STATS_FLUSHES = Counter("partarchive_stats_flushes", "Statistics flushes (commit
 GROUP_RECREATED = Counter(
     "partarchive_queue_group_recreated", "Times the archive queue's consumer group was gone and created again."
 )
+CONSUMERS_REMOVED = Counter(
+    "partarchive_queue_consumers_removed", "Consumers of dead archivers deleted from the queue's group."
+)
 
 for _result in ("success", "failure"):
     DECODES.labels(result=_result)
@@ -50,15 +55,26 @@ class LayerStateCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         up = GaugeMetricFamily("partarchive_redis_up", "Whether the last scrape could read Redis.")
+        damaged = GaugeMetricFamily(
+            "partarchive_namespace_damaged", "Whether the namespace holds data partarchive did not write (see the log)."
+        )
         try:
-            families = list(self._families())
+            with typed_errors(self.redis, self.keys):
+                families = list(self._families())
+        except PartArchiveError as exc:
+            log.warning("metrics scrape found damaged namespace data", error=str(exc))
+            families = []
+            damaged.add_metric([], 1)
         except redis.RedisError as exc:
             log.warning("metrics scrape could not read redis", error=str(exc))
             up.add_metric([], 0)
             yield up
             return
+        else:
+            damaged.add_metric([], 0)
         up.add_metric([], 1)
         yield up
+        yield damaged
         yield from families
 
     def _families(self) -> Iterator[GaugeMetricFamily]:
@@ -75,7 +91,7 @@ class LayerStateCollector(Collector):
         counts, length, pending, dead, meta, simple, stats_meta = (
             ({} if isinstance(r, redis.ResponseError) else r) for r in replies
         )
-        counts = {as_text(a): int(b) for a, b in counts.items()}
+        counts = {as_text(a): stored_int(k.counts, as_text(a), b, default=0) for a, b in counts.items()}
         active = GaugeMetricFamily("partarchive_active_partitions", "Active partitions by status.", labels=["status"])
         for status in ACTIVE_STATUSES:
             active.add_metric([status.value], counts.get(status.value, 0))
@@ -93,7 +109,7 @@ class LayerStateCollector(Collector):
         )
         yield GaugeMetricFamily("partarchive_dead_letters", "Entries in the dead-letter stream.", value=dead or 0)
         meta = {as_text(a): as_text(b) for a, b in meta.items()}
-        total = int(meta.get("total", 0))
+        total = stored_int(k.archive_meta, "total", meta.get("total"), default=0)
         simple_count = int(simple or 0)
         by_tier = GaugeMetricFamily(
             "partarchive_archived_partitions", "Archived partitions by storage.", labels=["storage"]
@@ -108,8 +124,9 @@ class LayerStateCollector(Collector):
         for t in Tier:
             tier.add_metric([t.value], 1 if t.value == current else 0)
         yield tier
-        blob_bytes = int(meta.get("sealed_blob_bytes", 0))
-        ratio = int(meta.get("sealed_json_bytes", 0)) / blob_bytes if blob_bytes else 0.0
+        blob_bytes = stored_int(k.archive_meta, "sealed_blob_bytes", meta.get("sealed_blob_bytes"), default=0)
+        json_bytes = stored_int(k.archive_meta, "sealed_json_bytes", meta.get("sealed_json_bytes"), default=0)
+        ratio = json_bytes / blob_bytes if blob_bytes else 0.0
         yield GaugeMetricFamily(
             "partarchive_compression_ratio", "JSON bytes over sealed blob bytes, over every seal so far.", value=ratio
         )
@@ -125,16 +142,21 @@ class LayerStateCollector(Collector):
             ("retention_seconds", "The stored retention policy of the summary tier.", state.retention_s),
         ):
             yield GaugeMetricFamily(f"partarchive_{name}", text, value=value)
+        yield GaugeMetricFamily(
+            "partarchive_archivers_alive",
+            "Archivers whose health entry was refreshed within the staleness limit.",
+            value=len(Liveness(self.redis, self.keys).archivers()),
+        )
         stats_meta = {as_text(a): as_text(b) for a, b in stats_meta.items()}
         yield GaugeMetricFamily(
             "partarchive_stats_check_ok",
             "Result of the last statistics consistency check (1 ok, 0 failed, -1 never run).",
-            value=int(stats_meta.get("last_check_ok", -1)),
+            value=stored_int(k.stats_meta, "last_check_ok", stats_meta.get("last_check_ok"), default=-1, minimum=-1),
         )
         yield GaugeMetricFamily(
             "partarchive_stats_check_timestamp_seconds",
             "When the last consistency check ran.",
-            value=int(stats_meta.get("last_check_at", 0)),
+            value=stored_int(k.stats_meta, "last_check_at", stats_meta.get("last_check_at"), default=0),
         )
 
 

@@ -21,6 +21,7 @@ from codec import ArchivedPartition, DecodeError, PartitionInfo
 from codec.elk import ElkRecord, decode_active, parse_archived
 from layers import ArchiveLayer, KeySchema, TierPolicy
 from layers.active import check_partition_id
+from layers.meta import typed_errors
 from stats import StatsReader
 
 
@@ -97,16 +98,17 @@ class QueryRouter:
         self.decode_successes = 0
 
     def get(self, partition_id: int) -> Answer:
-        """Where partition ``partition_id`` is; raises only ValidationError (bad id) or a Redis error."""
+        """Where partition ``partition_id`` is; raises ValidationError (bad id), WrongKeyType (a key
+        of the namespace holds another type) or a Redis error."""
         pid = check_partition_id(partition_id)
-        with ROUTER_SECONDS.time():
+        with ROUTER_SECONDS.time(), typed_errors(self.redis, self.keys):
             answer = self._get(pid)
         ROUTER_ANSWERS.labels(source=answer.source.value).inc()
         return answer
 
     def _get(self, pid: int) -> Answer:
         k = self.keys
-        batch_no = self.archive.policy.batch_of(pid)
+        batch_no = pid // self.archive.stored_batch_size()  # as the batches were written, whatever is configured
         pipe = self.redis.pipeline(transaction=False)
         pipe.hget(k.active, str(pid))
         pipe.getbit(k.index, pid)

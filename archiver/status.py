@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import redis
 
 from archiver.config import Config
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue
+from layers.liveness import ArchiverHealth, Liveness
 from layers.transitions import transition_state
 
 
@@ -36,6 +38,7 @@ def collect_status(client: redis.Redis, config: Config) -> dict[str, Any]:
             "consumers": queue.consumers,
             "dead_letters": queue.dead_letters,
         },
+        "archivers_alive": len(Liveness(client, keys).archivers()),
         "redis": {
             "used_memory": int(memory["used_memory"]),  # type: ignore[index]
             "used_memory_human": memory["used_memory_human"],  # type: ignore[index]
@@ -73,8 +76,31 @@ def format_status(report: dict[str, Any]) -> str:
         ("retention (summary)", _retention(report["transition"])),
         ("queue backlog", f"{q['backlog']} ({q['pending']} pending, oldest {q['oldest_pending_age_s']} s)"),
         ("queue lag", "-" if q["lag"] is None else q["lag"]),
+        ("archivers alive", report["archivers_alive"]),
         ("dead letters", q["dead_letters"]),
         ("redis used_memory", f"{report['redis']['used_memory_human']} ({report['redis']['used_memory']:,} B)"),
     ]
     width = max(len(label) for label, _ in rows)
     return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
+
+
+def format_archivers(found: list[ArchiverHealth], namespace: str) -> str:
+    if not found:
+        return f"no live archiver in namespace {namespace}"
+    lines = [f"{'consumer':<40} {'host':<20} {'pid':>7} {'up':>9} {'beat':>6} {'rate/s':>9} {'pending':>8}  state"]
+    for h in found:
+        up = max(0.0, h.last_beat - h.started)
+        lines.append(
+            f"{h.consumer[:40]:<40} {h.host[:20]:<20} {h.pid:>7} {_human_s(up):>9} "
+            f"{time.strftime('%H:%M:%S', time.gmtime(h.last_beat)):>6} {h.rate:>9,.1f} {h.pending:>8,}  "
+            + ("alive" if h.alive else "dead")
+        )
+    return "\n".join(lines)
+
+
+def _human_s(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -14,11 +14,12 @@ namespace a claim first rebuilds them from the hash (`sync`, at most once a seco
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import redis
@@ -27,18 +28,32 @@ from codec import ACTIVE_STATUSES, ArchivedPartition, DecodeError, PartitionInfo
 from codec.elk import decode_elk, parse_active
 from codec.gojson import GoTime, go_json, go_string
 from codec.validate import MAX_ERROR_BYTES, MAX_INT64, MIN_INT64, check_int, check_text, check_worker_id
-from layers.errors import InvalidTransition, NotOwner, PartitionNotFound, VersionConflict, WrongKeyType
+from layers.errors import CorruptMetadata, InvalidTransition, NotOwner, PartitionNotFound, VersionConflict, WrongKeyType
 from layers.keys import KeySchema
+from layers.meta import stored_int, typed_errors
 from layers.metrics import SDK_COMPLETE_SECONDS
 from layers.replies import as_text
 from layers.scripts import Scripts
 
 #: Bitmaps address at most 2^32 bits, so partition ids of the Redis layers stop there.
 MAX_PARTITION_ID = 2**32 - 1
-MAX_PARTITIONS_PER_CALL = 10_000_000
-_CREATE_CHUNK = 5_000
+MAX_PARTITIONS_PER_CALL = 1_000_000
 RECORD_FORMATS = ("native", "elk")
 _SYNC_EVERY_S = 1.0
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _typed(method: F) -> F:
+    """A WRONGTYPE reply inside ``method`` becomes `WrongKeyType` naming the key."""
+
+    @functools.wraps(method)
+    def wrapper(self: ActiveLayer, *args: Any, **kwargs: Any) -> Any:
+        with typed_errors(self.redis, self.keys):
+            return method(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def check_partition_id(pid: Any) -> int:
@@ -100,6 +115,8 @@ class ActiveLayer:
             code = as_text(reply[1])
             if code == "wrong_type":
                 raise WrongKeyType(as_text(reply[2]))
+            if code == "corrupt_meta":
+                raise CorruptMetadata(f"{as_text(reply[2])} is not a number partarchive wrote; nothing was changed")
             if code == "corrupt":
                 raise DecodeError(f"the stored record of partition {as_text(reply[2]) or '?'} is corrupt")
         return reply
@@ -109,8 +126,8 @@ class ActiveLayer:
     def create_partitions(self, first_id: int, last_id: int, size: int, options: dict[str, Any] | None = None) -> range:
         """Split ``first_id..last_id`` (signed 64-bit) into partitions of ``size`` IDs; returns their pids.
 
-        Each chunk of 5,000 partitions is one script that checks the id range and every new
-        field before it writes anything.
+        One script per call, all or nothing: it checks the id range and every new field before
+        it writes, and two leaders creating at once each get one contiguous run of pids.
         """
         check_int("first_id", first_id, MIN_INT64, MAX_INT64)
         check_int("last_id", last_id, MIN_INT64, MAX_INT64)
@@ -119,29 +136,25 @@ class ActiveLayer:
             raise ValidationError(f"inverted range: first_id {first_id} > last_id {last_id}")
         count = (last_id - first_id) // size + 1
         if count > MAX_PARTITIONS_PER_CALL:
-            raise ValidationError(f"{count} partitions in one call; the limit is {MAX_PARTITIONS_PER_CALL}")
+            raise ValidationError(
+                f"{count} partitions in one call; the limit is {MAX_PARTITIONS_PER_CALL:,} "
+                "(each call is one atomic step)"
+            )
         options_json = self._options_json(options)
         _, now_s, now_elk = self._clock_args()
         now = now_elk if self.record_format == "elk" else str(now_s)
-        first_pid = last_pid = 0
+        bounds = ",".join(f"{lo},{min(last_id, lo + size - 1)}" for lo in range(first_id, last_id + 1, size))
         k = self.keys
-        for start in range(0, count, _CREATE_CHUNK):
-            bounds: list[int] = []
-            for i in range(start, min(count, start + _CREATE_CHUNK)):
-                lo = first_id + i * size
-                bounds += [lo, min(last_id, lo + size - 1)]
-            got = self._run(
-                "create",
-                [k.active, k.pending, k.counts, k.meta, *k.go_stats],
-                [self.record_format, now, options_json, MAX_PARTITION_ID, *bounds],
-            )
-            if as_text(got[0]) == "err":
-                if as_text(got[1]) == "pid_range":
-                    raise ValidationError(f"partition ids would reach {as_text(got[2])}, past 2^32 - 1")
-                raise ValidationError(f"partition {as_text(got[2])} already exists; is the id counter behind?")
-            first_pid = first_pid or int(got[1])
-            last_pid = int(got[2])
-        return range(first_pid, last_pid + 1)
+        got = self._run(
+            "create",
+            [k.active, k.pending, k.counts, k.meta, *k.go_stats],
+            [self.record_format, now, options_json, MAX_PARTITION_ID, bounds],
+        )
+        if as_text(got[0]) == "err":
+            if as_text(got[1]) == "pid_range":
+                raise ValidationError(f"partition ids would reach {as_text(got[2])}, past 2^32 - 1")
+            raise ValidationError(f"partition {as_text(got[2])} already exists; is the id counter behind?")
+        return range(int(got[1]), int(got[2]) + 1)
 
     def _options_json(self, options: dict[str, Any] | None) -> str:
         if options is None or options == {}:
@@ -177,6 +190,7 @@ class ActiveLayer:
             [worker_id, go_string(worker_id), now_ms, int(self.lease_timeout * 1000), now_s, now_elk],
         )
 
+    @_typed
     def sync(self) -> dict[str, int]:
         """Rebuild the pending/lease/failed indexes and the counts from the active hash.
 
@@ -279,6 +293,7 @@ class ActiveLayer:
 
     # reads
 
+    @_typed
     def get(self, pid: int) -> PartitionInfo | None:
         check_partition_id(pid)
         raw = self.redis.hget(self.keys.active, str(pid))
@@ -293,6 +308,7 @@ class ActiveLayer:
             self.skipped_records += 1
             return None
 
+    @_typed
     def all_active(self) -> list[PartitionInfo]:
         """Every readable active partition, ordered by pid. Reads only the active hash."""
         raw = self.redis.hgetall(self.keys.active)
@@ -302,6 +318,7 @@ class ActiveLayer:
 
     get_all_active = all_active
 
+    @_typed
     def page(
         self, *, status: str | None = None, after: int = 0, limit: int = 100
     ) -> tuple[list[PartitionInfo], int | None]:
@@ -320,10 +337,10 @@ class ActiveLayer:
             if status in ("pending", "failed"):
                 zset = self.keys.pending if status == "pending" else self.keys.failed
                 raw: Any = self.redis.zrangebyscore(zset, f"({cursor}", "+inf", start=0, num=limit)
-                pids = [int(p) for p in raw]
+                pids = [int(p) for p in raw if p.isdigit()]
             else:
                 every: Any = self.redis.hkeys(self.keys.active)
-                pids = sorted(p for p in map(int, every) if p > cursor)[: limit * 4]
+                pids = sorted(p for p in (int(f) for f in every if f.isdigit()) if p > cursor)[: limit * 4]
             if not pids:
                 return chosen, None
             records: Any = self.redis.hmget(self.keys.active, [str(p) for p in pids])
@@ -340,21 +357,25 @@ class ActiveLayer:
 
     def iter_active(self, batch: int = 1000) -> Iterator[PartitionInfo]:
         """Every active partition, in no particular order, without loading them all at once."""
-        for _, raw in self.redis.hscan_iter(self.keys.active, count=batch):
-            if (part := self._parse_listed(raw)) is not None:
-                yield part
+        with typed_errors(self.redis, self.keys):
+            for _, raw in self.redis.hscan_iter(self.keys.active, count=batch):
+                if (part := self._parse_listed(raw)) is not None:
+                    yield part
 
+    @_typed
     def counts(self) -> dict[str, int]:
         """Active partitions per status (recounted from the hash in a namespace bound to Go's)."""
         if self.keys.elk_prefix is not None:
             return self.sync()
-        raw = self.redis.hgetall(self.keys.counts)
-        got = {as_text(k): int(v) for k, v in raw.items()}  # type: ignore[union-attr]
+        raw: Any = self.redis.hgetall(self.keys.counts)
+        got = {as_text(k): stored_int(self.keys.counts, as_text(k), v, default=0) for k, v in raw.items()}
         return {s.value: got.get(s.value, 0) for s in ACTIVE_STATUSES}
 
+    @_typed
     def size(self) -> int:
         return int(self.redis.hlen(self.keys.active))  # type: ignore[arg-type]
 
+    @_typed
     def is_completed(self, pid: int) -> bool:
         """True once `complete` succeeded for this partition (archived or still queued)."""
         check_partition_id(pid)

@@ -1,6 +1,6 @@
 """Typed errors of the Redis-backed layers."""
 
-from codec.errors import PartArchiveError
+from codec.errors import DecodeError, PartArchiveError
 
 
 class PartitionNotFound(PartArchiveError, LookupError):
@@ -21,3 +21,8 @@ class VersionConflict(PartArchiveError):
 
 class WrongKeyType(PartArchiveError):
     """A key partarchive needs holds another Redis type (tampered or foreign data); names the key."""
+
+
+class CorruptMetadata(DecodeError):
+    """A stored setting or counter of the namespace is not what partarchive wrote (tampered or
+    foreign data); names the key and field."""

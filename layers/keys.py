@@ -204,6 +204,12 @@ class KeySchema:
         return f"{self._tagged}_completed:expiry"
 
     @property
+    def archivers(self) -> str:
+        """Hash consumer name -> health JSON (pid, host, started, last beat, rate, pending) of
+        each archiver; an entry not beaten for a while belongs to a dead archiver."""
+        return f"{self._tagged}_archivers"
+
+    @property
     def maintenance_lock(self) -> str:
         """String: the replica doing tier moves, sweeps and compaction, with a time to live."""
         return f"{self._tagged}_maintenance:lock"

@@ -14,6 +14,7 @@ from typing import Any
 import redis
 
 from layers.keys import ARCHIVER_GROUP, KeySchema
+from layers.meta import is_wrong_type, wrong_type_error
 from layers.replies import as_text
 from layers.scripts import Scripts
 
@@ -83,6 +84,8 @@ class ArchiveQueue:
         try:
             self.redis.xgroup_create(self.keys.queue, self.group, id="0", mkstream=True)
         except redis.ResponseError as exc:
+            if is_wrong_type(exc):
+                raise wrong_type_error(self.redis, self.keys) from None
             if "BUSYGROUP" not in str(exc):
                 raise
 
@@ -170,9 +173,8 @@ class ArchiveQueue:
             return QueueState(int(length), 0, 0.0, 0, int(dead))  # type: ignore[arg-type]
         age = oldest_pending_age(pending)
         consumers = len(pending.get("consumers") or [])
-        lag = None
-        groups: Any = self.redis.xinfo_groups(self.keys.queue)
-        for group in groups:
-            if as_text(group.get("name")) == self.group and group.get("lag") is not None:
-                lag = int(group["lag"])
+        # entries are deleted when acknowledged, so the stream holds exactly the entries not yet
+        # archived: those not delivered yet are its length minus the pending ones (XINFO's own
+        # lag is unknown after deletions and after a restart)
+        lag = max(0, int(length) - int(pending["pending"]))
         return QueueState(int(length), int(pending["pending"]), age, consumers, int(dead), lag)

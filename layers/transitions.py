@@ -25,6 +25,7 @@ from typing import Any
 from codec import ArchivedPartition, DecodeError
 from codec.elk import as_archived, parse_archived
 from layers.archive import ArchiveLayer
+from layers.meta import stored_float
 from layers.queue import DEAD_LETTERS_KEPT
 from layers.replies import as_text
 from layers.scripts import Scripts
@@ -247,7 +248,9 @@ def transition_state(archive: ArchiveLayer, now: float | None = None) -> Transit
     pipe.hmget(keys.archive_meta, _STATE_FIELDS)
     pipe.zrange(keys.expiry, 0, 0, withscores=True)
     left, raw, oldest = pipe.execute()
-    meta = dict(zip(_STATE_FIELDS, (int(float(v)) if v else 0 for v in raw), strict=True))
+    meta = {
+        name: int(stored_float(keys.archive_meta, name, value)) for name, value in zip(_STATE_FIELDS, raw, strict=True)
+    }
     tier = archive.tier()
     last_batch = policy.batch_of(meta["max_pid"])
     backlog = int(left) if tier is not Tier.SIMPLE else 0
@@ -267,6 +270,6 @@ def transition_state(archive: ArchiveLayer, now: float | None = None) -> Transit
         expired_share=round(meta["expired"] / meta["total"], 6) if meta["total"] else 0.0,
         expiry_indexed=meta["expire_cursor"] > last_batch,
         expiry_lag_s=round(lag, 1),
-        last_sweep_s=float(raw[_STATE_FIELDS.index("last_sweep_s")] or 0),
+        last_sweep_s=stored_float(keys.archive_meta, "last_sweep_s", raw[_STATE_FIELDS.index("last_sweep_s")]),
         retention_s=retention,
     )

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from codec import ArchivedPartition, ValidationError
 from layers import ArchiveLayer, CommitResult
+from layers.meta import stored_int
 from stats.rollup import Op, rollup_ops
 
 DEFAULT_RANGE_WIDTH = 1000
@@ -70,7 +71,7 @@ class StatsAccumulator:
         redelivered entry is found). On failure they stay buffered, unacknowledged."""
         cut = len(self._entries) if limit is None else limit
         entries, self._entries = self._entries[:cut], self._entries[cut:]
-        self._check_range_width()
+        self.check_range_width()
         try:
             result = self.archive.commit_deduplicated(entries, self._ops)
         except BaseException:
@@ -85,13 +86,17 @@ class StatsAccumulator:
         self.round_trips += 1  # one commit script call follows each build
         return rollup_ops(parts, self.archive.keys, self.range_width, int(time.time()))
 
-    def _check_range_width(self) -> None:
+    def check_range_width(self) -> None:
+        """Record the range width on first use; refuse a different one (it would split ranges)."""
         if self._width_checked:
             return
         meta = self.archive.keys.stats_meta
         redis = self.archive.redis
         redis.hsetnx(meta, "range_width", self.range_width)
-        stored = int(redis.hget(meta, "range_width") or self.range_width)  # type: ignore[arg-type]
+        stored = stored_int(meta, "range_width", redis.hget(meta, "range_width"), default=0, minimum=1)
         if stored != self.range_width:
-            raise ValidationError(f"this namespace keeps statistics per {stored} partitions, not {self.range_width}")
+            raise ValidationError(
+                f"namespace {self.archive.keys.namespace} keeps statistics per {stored} partitions, "
+                f"not {self.range_width}: set PARTARCHIVE_STATS_RANGE_WIDTH={stored}"
+            )
         self._width_checked = True

@@ -18,6 +18,7 @@ import redis
 
 from codec import DecodeError
 from layers import KeySchema
+from layers.meta import stored_int
 from layers.replies import as_text
 from layers.scripts import Scripts
 
@@ -104,7 +105,8 @@ class StatsCompactor:
 
     def _merge_ranges(self, now: float) -> int:
         start = self._meta()["range"]
-        max_pid = int(self.redis.hget(self.keys.archive_meta, "max_pid") or 0)  # type: ignore[arg-type]
+        meta = self.keys.archive_meta
+        max_pid = stored_int(meta, "max_pid", self.redis.hget(meta, "max_pid"), default=0)
         last_range = max_pid // self.range_width
         if start > last_range:
             return 0

@@ -8,6 +8,7 @@ import redis
 
 from codec import ACTIVE_STATUSES, DecodeError
 from layers import KeySchema
+from layers.meta import is_wrong_type, stored_int, stored_tier, wrong_type_error
 from layers.replies import as_text
 from stats.accumulator import DEFAULT_RANGE_WIDTH
 from stats.compaction import COARSE, coarse_of, merge_fields
@@ -31,7 +32,7 @@ class StatsReader:
 
     def range_width(self) -> int:
         raw = self.redis.hget(self.keys.stats_meta, "range_width")
-        return int(raw) if raw else DEFAULT_RANGE_WIDTH  # type: ignore[arg-type]
+        return stored_int(self.keys.stats_meta, "range_width", raw, default=DEFAULT_RANGE_WIDTH, minimum=1)
 
     @staticmethod
     def _per_worker(fields: dict[str, int]) -> dict[str, dict[str, Any]]:
@@ -59,6 +60,8 @@ class StatsReader:
         pipe.hgetall(k.stats_workers)
         pipe.hmget(k.archive_meta, ["total", "tier"])
         replies = pipe.execute(raise_on_error=False)
+        if is_wrong_type(replies[0]):
+            raise wrong_type_error(self.redis, k)
         if isinstance(replies[0], Exception):
             raise replies[0]
         counts = _ints(replies[0])
@@ -80,7 +83,10 @@ class StatsReader:
                 "last_completed_at": g.get("last_completed_at", 0),
             }
             view["workers"] = self._per_worker(_ints(replies[2]))
-            view["archive"] = {"archived_total": int(meta[0] or 0), "tier": as_text(meta[1] or b"simple")}
+            view["archive"] = {
+                "archived_total": stored_int(k.archive_meta, "total", meta[0], default=0),
+                "tier": stored_tier(k.archive_meta, meta[1]).value,
+            }
             view["total_partitions"] = view["active_total"] + completed
             view["degraded"] = False
         except (redis.RedisError, DecodeError) as exc:

@@ -21,6 +21,7 @@ import redis
 from codec import ArchivedPartition, DecodeError
 from codec.elk import as_archived, parse_archived
 from layers import ArchiveLayer, KeySchema, TierPolicy
+from layers.meta import stored_int
 from layers.replies import as_text
 from stats.compaction import coarse_of, merge_fields
 from stats.reader import StatsReader
@@ -108,7 +109,7 @@ class StatsChecker:
         found: dict[int, ArchivedPartition] = {}
         for _, raw in self.redis.hscan_iter(k.completed, count=1000):
             self._keep(found, raw, index)
-        max_pid = int(self.redis.hget(k.archive_meta, "max_pid") or 0)  # type: ignore[arg-type]
+        max_pid = stored_int(k.archive_meta, "max_pid", self.redis.hget(k.archive_meta, "max_pid"), default=0)
         last_batch = policy.batch_of(max_pid)
         for start in range(0, last_batch + 1, _CHUNK):
             numbers = range(start, min(last_batch + 1, start + _CHUNK))
@@ -265,7 +266,8 @@ class StatsChecker:
         return _expected_fields(builder, self.keys.stats_range(range_no))
 
     def _stored_ranges(self, width: int) -> list[int]:
-        max_pid = int(self.redis.hget(self.keys.archive_meta, "max_pid") or 0)  # type: ignore[arg-type]
+        meta = self.keys.archive_meta
+        max_pid = stored_int(meta, "max_pid", self.redis.hget(meta, "max_pid"), default=0)
         return list(range(0, max_pid // width + 1)) if max_pid else []
 
     def _check_sums(

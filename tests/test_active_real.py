@@ -7,6 +7,7 @@ import threading
 import pytest
 import redis
 
+from codec import ValidationError
 from layers import ActiveLayer, KeySchema, NotOwner, WrongKeyType
 from tests.conftest import delete_namespace
 
@@ -122,3 +123,34 @@ def test_removal_and_queue_entry_are_seen_together(real_redis: redis.Redis, name
     watcher.join()
     assert violations == []
     assert real_redis.xlen(keys.queue) == 200
+
+
+def test_two_leaders_creating_at_once_each_get_one_contiguous_run(real_redis: redis.Redis, namespace: str) -> None:
+    barrier = threading.Barrier(2)
+    got: dict[int, range] = {}
+
+    def leader(base: int) -> None:
+        layer = ActiveLayer(real_redis, namespace)
+        barrier.wait()
+        got[base] = layer.create_partitions(base, base + 12_000 * 10 - 1, 10)
+
+    threads = [threading.Thread(target=leader, args=(base,)) for base in (1, 10**9)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(len(r) for r in got.values()) == [12_000, 12_000]
+    assert set(got[1]).isdisjoint(got[10**9])
+    layer = ActiveLayer(real_redis, namespace)
+    for base, pids in got.items():
+        firsts = [layer.get(pid).min_id for pid in (pids[0], pids[6_000], pids[-1])]  # type: ignore[union-attr]
+        assert firsts == [base, base + 60_000, base + 119_990]
+
+
+def test_a_creation_that_would_pass_the_pid_limit_writes_nothing(real_redis: redis.Redis, namespace: str) -> None:
+    layer = ActiveLayer(real_redis, namespace)
+    real_redis.hset(layer.keys.meta, "last_pid", 2**32 - 8_000)
+    with pytest.raises(ValidationError, match="past 2"):
+        layer.create_partitions(1, 10_000, 1)
+    assert real_redis.hlen(layer.keys.active) == 0 and not real_redis.exists(layer.keys.pending)
+    assert real_redis.hget(layer.keys.meta, "last_pid") == str(2**32 - 8_000).encode()

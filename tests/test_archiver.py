@@ -123,10 +123,11 @@ def test_a_failing_round_is_logged_and_retried_not_fatal(real_redis: redis.Redis
     keys = KeySchema(namespace)
     config = Config(namespace=namespace, block_ms=20, stats_flush_interval_s=0.1, maintenance_interval_s=0)
     daemon = ArchiverDaemon(real_redis, config, consumer="t")
-    real_redis.lpush(keys.index, "not a bitmap")  # the commit script will fail with WRONGTYPE
     thread = threading.Thread(target=daemon.run, kwargs={"install_signals": False})
     thread.start()
     try:
+        wait_for(lambda: real_redis.hexists(keys.archivers, "t"), what="the archiver's first beat")
+        real_redis.lpush(keys.index, "not a bitmap")  # from now on the commit script refuses: wrong type
         complete_partitions(real_redis, namespace, 20)
         wait_for(lambda: daemon.archived == 20, what="detail written")
         assert thread.is_alive() and real_redis.xlen(keys.queue) == 20  # nothing acknowledged

@@ -315,6 +315,18 @@ local function wrong_type(kinds)
   return nil
 end
 
+-- nil if every field of our status counters hash is an integer, else the error reply naming the
+-- first that is not: HINCRBY on such a field would fail after the script's first write.
+local function corrupt_counts(key)
+  local flat = redis.call('HGETALL', key)
+  for i = 1, #flat, 2 do
+    if not string.match(flat[i + 1], '^%-?%d+$') then
+      return {'err', 'corrupt_meta', key .. ' ' .. flat[i]}
+    end
+  end
+  return nil
+end
+
 -- elk_coordinator's own status counters (elk_partition_stats), moved as Go moves them. A
 -- counter Go left unreadable (it writes some with %.14g) is left alone: Go reads it as 0.
 local function go_stats_move(key, from, to)

@@ -8,6 +8,7 @@
 -- Index entries that no longer match their record (a Go worker moved it, or it is gone) are
 -- corrected as they are met; a corrupt record is skipped and reported, never written.
 local bad_type = wrong_type({'hash', 'zset', 'zset', 'hash', 'hash'})
+bad_type = bad_type or corrupt_counts(KEYS[4])
 if bad_type then
   return bad_type
 end

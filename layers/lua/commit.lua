@@ -12,7 +12,8 @@
 -- ARGV[5] their queue entry ids, comma-separated ('' for an import, which has no entries)
 -- ARGV[6] entry ids to acknowledge only, comma-separated ('' if none)
 -- ARGV[7..] quads until the end: key index, op, field, value (op: '+' HINCRBY, '<' keep min, '>' keep max)
--- Returns {'dup', pid...} or {'ok', total archived, tier, n}.
+-- Returns {'dup', pid...} or {'ok', total archived, tier, n}; {'err', 'wrong_type', what} or
+-- {'err', 'corrupt_meta', field} (nothing written) when a key or the meta hash is not ours.
 local function split(list)
   local out = {}
   for item in string.gmatch(list, '[^,]+') do
@@ -42,6 +43,30 @@ local function ack(ids)
   end
 end
 
+local kinds = {'string', 'stream', 'hash'}
+for i = 4, #KEYS do
+  kinds[i] = 'hash'
+end
+local bad_type = wrong_type(kinds)
+if bad_type then
+  return bad_type
+end
+local rank = {simple = 1, compressed = 2, summary = 3}
+local meta = redis.call('HMGET', KEYS[3], 'max_pid', 'total', 'tier')
+for i, field in ipairs({'max_pid', 'total'}) do
+  if meta[i] and not string.match(meta[i], '^%d+$') then
+    return {'err', 'corrupt_meta', field}
+  end
+end
+if meta[3] and not rank[meta[3]] then
+  return {'err', 'corrupt_meta', 'tier'}
+end
+for i = 7, #ARGV, 4 do
+  local current = redis.call('HGET', KEYS[tonumber(ARGV[i])], ARGV[i + 2])
+  if current and not (string.match(current, '^%-?%d+$') or (ARGV[i + 1] ~= '+' and tonumber(current))) then
+    return {'err', 'corrupt_meta', KEYS[tonumber(ARGV[i])] .. ' ' .. ARGV[i + 2]}
+  end
+end
 local pids = split(ARGV[4])
 local n = #pids
 local dups = {}
@@ -57,7 +82,7 @@ if #dups > 0 then
   table.insert(dups, 1, 'dup')
   return dups
 end
-local meta_max = tonumber(redis.call('HGET', KEYS[3], 'max_pid') or '0')
+local meta_max = tonumber(meta[1] or '0')
 local max_pid = meta_max
 for first = 1, n, 1000 do
   bitfield('SET', pids, first, math.min(n, first + 999))
@@ -86,8 +111,7 @@ if max_pid > meta_max then
   redis.call('HSET', KEYS[3], 'max_pid', string.format('%d', max_pid))
 end
 local total = redis.call('HINCRBY', KEYS[3], 'total', n)
-local rank = {simple = 1, compressed = 2, summary = 3}
-local tier = redis.call('HGET', KEYS[3], 'tier') or 'simple'
+local tier = meta[3] or 'simple'
 local wanted = 'simple'
 if total > tonumber(ARGV[3]) then
   wanted = 'summary'

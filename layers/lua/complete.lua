@@ -14,6 +14,7 @@
 -- before the first write, and XADD, the write most likely to be refused (a full server),
 -- comes first: a failure leaves no trace.
 local bad_type = wrong_type({'hash', 'zset', 'hash', 'string', 'stream', 'hash'})
+bad_type = bad_type or corrupt_counts(KEYS[3])
 if bad_type then
   return bad_type
 end

@@ -3,15 +3,21 @@
 -- KEYS[5] elk_coordinator's stats hash (only when the namespace is bound to a Go deployment)
 -- ARGV[1] record format ('native' | 'elk')   ARGV[2] now as the format writes it (JSON text)
 -- ARGV[3] options as JSON text ('' = none)   ARGV[4] highest partition id allowed
--- ARGV[5..] min_id, max_id of each partition (decimal text: ids are signed 64-bit)
+-- ARGV[5] min_id,max_id of each partition, all comma-separated in one argument (decimal text:
+--         ids are signed 64-bit, more than a Lua number holds exactly)
 -- Returns {'ok', first_pid, last_pid} or {'err', 'pid_range', last pid it would reach}.
 -- Ids go on from the larger of our counter and Go's max_partition_id, so partitions created by
 -- an elk_coordinator leader and by partarchive never share an id.
 local bad_type = wrong_type({'hash', 'zset', 'hash', 'hash', 'hash'})
+bad_type = bad_type or corrupt_counts(KEYS[3])
 if bad_type then
   return bad_type
 end
-local count = (#ARGV - 4) / 2
+local bounds = {}
+for id in string.gmatch(ARGV[5], '[^,]+') do
+  bounds[#bounds + 1] = id
+end
+local count = #bounds / 2
 local last = tonumber(redis.call('HGET', KEYS[4], 'last_pid') or '0') or 0
 if KEYS[5] then
   last = math.max(last, tonumber(redis.call('HGET', KEYS[5], 'max_partition_id') or '0') or 0)
@@ -29,7 +35,7 @@ end
 local now, options = ARGV[2], ARGV[3]
 for i = 0, count - 1 do
   local pid = string.format('%d', first_pid + i)
-  local lo, hi = ARGV[5 + 2 * i], ARGV[6 + 2 * i]
+  local lo, hi = bounds[1 + 2 * i], bounds[2 + 2 * i]
   local record
   if ARGV[1] == 'elk' then
     record = '{"partition_id":' .. pid .. ',"min_id":' .. lo .. ',"max_id":' .. hi
@@ -51,6 +57,6 @@ if KEYS[5] then
   redis.call('HINCRBY', KEYS[5], 'total', count)
   redis.call('HINCRBY', KEYS[5], 'pending', count)
   redis.call('HSET', KEYS[5], 'max_partition_id', string.format('%d', last_pid))
-  redis.call('HSET', KEYS[5], 'last_allocated_id', ARGV[#ARGV])
+  redis.call('HSET', KEYS[5], 'last_allocated_id', bounds[#bounds])
 end
 return {'ok', first_pid, last_pid}

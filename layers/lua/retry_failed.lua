@@ -6,6 +6,7 @@
 -- Returns {moved, looked at}: every record is read and checked before the first write; a
 -- corrupt one stays where it is, an index entry whose record moved on is dropped.
 local bad_type = wrong_type({'hash', 'zset', 'zset', 'hash', 'hash'})
+bad_type = bad_type or corrupt_counts(KEYS[4])
 if bad_type then
   return bad_type
 end

@@ -8,6 +8,7 @@
 -- A Go record that fails gets `error` and `options.error` and a zero heartbeat, as Go's
 -- settled failure has; everything is read and checked before the first write.
 local bad_type = wrong_type({'hash', 'zset', 'zset', 'hash', 'hash'})
+bad_type = bad_type or corrupt_counts(KEYS[4])
 if bad_type then
   return bad_type
 end

@@ -1,0 +1,47 @@
+"""How much maintenance (tier moves, expiry sweeps, statistics compaction) a round may do.
+
+Maintenance yields to the live queue: a round that archived entries earns it a fifth of the
+time the round took (so archiving keeps five sixths of the process), an idle round a slice of
+``slice_s``. Steps are sized to the time earned from what a batch has cost so far, and time
+spent beyond the credit is paid back by later rounds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+#: Maintenance time allowed per unit of archiving time while entries flow (1/5: archiving keeps 5/6).
+MAINTENANCE_SHARE = 0.2
+
+
+class MaintenancePacer:
+    def __init__(self, slice_s: float, most_batches: int, pause_after_step_s: float = 0.0) -> None:
+        self.slice_s = slice_s
+        self.most_batches = max(1, most_batches)
+        self.credit = 0.0  # seconds of maintenance earned and not spent
+        self.batch_cost = 0.005  # seconds one batch of a step has taken, smoothed
+        self._pause_after_step_s = pause_after_step_s  # fault injection for the crash tests
+
+    def run(self, busy_s: float, step: Callable[[int], int]) -> int:
+        """Earn credit for ``busy_s`` seconds of archiving (none: an idle round), then call
+        ``step(max_batches)`` while credit lasts; returns the items the steps did."""
+        if busy_s:
+            self.credit = min(self.credit + busy_s * MAINTENANCE_SHARE, self.slice_s)
+        else:
+            self.credit = max(self.credit, self.slice_s)
+        done = 0
+        while self.credit >= self.batch_cost:
+            batches = max(1, min(self.most_batches, int(self.credit / self.batch_cost)))
+            started = time.monotonic()
+            items = step(batches)
+            spent = time.monotonic() - started
+            if not items:
+                self.credit = 0.0  # nothing to do: no credit is saved up for later
+                break
+            done += items
+            self.credit -= spent
+            self.batch_cost = 0.8 * self.batch_cost + 0.2 * max(spent / batches, 1e-5)
+            if self._pause_after_step_s:
+                time.sleep(self._pause_after_step_s)
+        return done

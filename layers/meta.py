@@ -1,0 +1,114 @@
+"""Stored settings and counters of a namespace, read with their checks; keys of a wrong type.
+
+A value that is not what partarchive wrote (a hand edit, another program) becomes a
+`CorruptMetadata` naming the key and field, at the read, instead of a ValueError somewhere
+further on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+
+from layers.errors import CorruptMetadata, WrongKeyType
+from layers.keys import KeySchema
+from layers.replies import as_text
+from layers.tiers import Tier
+
+
+def stored_int(key: str, field: str, raw: Any, *, default: int, minimum: int = 0) -> int:
+    """An integer field (``default`` when absent), at least ``minimum``."""
+    if raw is None:
+        return default
+    text = as_text(raw)
+    try:
+        value = int(text)
+    except ValueError:
+        raise CorruptMetadata(f"{key} field {field} is not an integer: {text[:40]!r}") from None
+    if value < minimum:
+        raise CorruptMetadata(f"{key} field {field} is {value}, below {minimum}")
+    return value
+
+
+def stored_float(key: str, field: str, raw: Any, *, default: float = 0.0) -> float:
+    if raw is None:
+        return default
+    text = as_text(raw)
+    try:
+        return float(text)
+    except ValueError:
+        raise CorruptMetadata(f"{key} field {field} is not a number: {text[:40]!r}") from None
+
+
+def stored_tier(key: str, raw: Any) -> Tier:
+    if raw is None:
+        return Tier.SIMPLE
+    text = as_text(raw)
+    try:
+        return Tier(text)
+    except ValueError:
+        names = ", ".join(t.value for t in Tier)
+        raise CorruptMetadata(f"{key} field tier is {text[:40]!r}, not one of {names}") from None
+
+
+#: The type of every fixed-name key of a namespace (per-batch, per-range and per-day keys aside).
+KEY_TYPES = (
+    ("active", "hash"),
+    ("pending", "zset"),
+    ("leases", "zset"),
+    ("failed", "zset"),
+    ("counts", "hash"),
+    ("meta", "hash"),
+    ("done", "string"),
+    ("queue", "stream"),
+    ("dead_letter", "stream"),
+    ("completed", "hash"),
+    ("index", "string"),
+    ("archive_meta", "hash"),
+    ("expiry", "zset"),
+    ("open_batches", "zset"),
+    ("archivers", "hash"),
+    ("maintenance_lock", "string"),
+    ("workers", "hash"),
+    ("workers_by_short", "hash"),
+    ("stats_global", "hash"),
+    ("stats_workers", "hash"),
+    ("stats_meta", "hash"),
+)
+
+
+def find_wrong_type(client: redis.Redis, keys: KeySchema) -> WrongKeyType | None:
+    """The first key of the namespace that holds another type than partarchive writes, as the
+    error naming it; None if every key is of its type or absent (one pipeline of TYPE)."""
+    pipe = client.pipeline(transaction=False)
+    for name, _ in KEY_TYPES:
+        pipe.type(getattr(keys, name))
+    for (name, kind), actual in zip(KEY_TYPES, pipe.execute(), strict=True):
+        actual = as_text(actual)
+        if actual not in ("none", kind):
+            return WrongKeyType(f"{getattr(keys, name)} is a {actual}, not a {kind}: not partarchive's data")
+    return None
+
+
+def wrong_type_error(client: redis.Redis, keys: KeySchema) -> WrongKeyType:
+    """After a WRONGTYPE reply (which names no key): the error naming the key."""
+    found = find_wrong_type(client, keys)
+    return found or WrongKeyType(f"a key of namespace {keys.namespace} holds another type than partarchive writes")
+
+
+def is_wrong_type(exc: BaseException) -> bool:
+    return isinstance(exc, redis.ResponseError) and "WRONGTYPE" in str(exc)
+
+
+@contextmanager
+def typed_errors(client: redis.Redis, keys: KeySchema) -> Iterator[None]:
+    """Turn a WRONGTYPE reply into `WrongKeyType` naming the key."""
+    try:
+        yield
+    except redis.ResponseError as exc:
+        if is_wrong_type(exc):
+            raise wrong_type_error(client, keys) from None
+        raise

@@ -1,0 +1,224 @@
+"""Sealing: merging a batch's staged records (and records in hand) into its one encoded blob.
+
+Safe against concurrent sealers: the seal script writes only if neither the blob nor the
+staging hash changed since they were read; a refused seal reads again. A bulk import seals
+many batches in two round trips (`seal_many`). Part of `ArchiveLayer`, kept apart because it
+is the one subtle write of the archive.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import redis
+
+from codec import ArchivedPartition, DecodeError, decode_blob, encode_blob
+from codec.elk import as_archived, parse_archived
+from layers.keys import KeySchema
+from layers.queue import DEAD_LETTERS_KEPT
+from layers.replies import as_text
+from layers.scripts import Scripts
+from layers.tiers import Tier, TierPolicy
+from layers.workers import WorkerRegistry
+
+_SEAL_RETRIES = 20
+#: Bytes of member names, colons and braces in an archived record's JSON beyond its values.
+_ARCHIVED_JSON_NAMES = len(b'"partition_id":"min_id":"max_id":"worker_id":"completed_at":"duration":')
+
+
+@dataclass(frozen=True, slots=True)
+class _SealWrite:
+    """One batch's new blob and what the seal script checks before writing it."""
+
+    batch_no: int
+    digest: str  # SHA1 of the blob read ('' if none)
+    staged: int  # staged records read
+    blob: bytes
+    json_bytes: int
+    blob_growth: int
+    newest: int  # newest completion in the batch (the expiry index's score)
+
+
+class BatchSealing:
+    """The sealing half of `ArchiveLayer` (which provides these attributes)."""
+
+    redis: redis.Redis
+    keys: KeySchema
+    policy: TierPolicy
+    workers: WorkerRegistry
+    seals: Counter[int]
+    _scripts: Scripts
+
+    def tier(self) -> Tier:
+        raise NotImplementedError
+
+    def seal_all(self) -> int:
+        """Seal every batch with staged records, in batch order (the end of a bulk import)."""
+        sealed = 0
+        tier = self.tier()
+        while raw := self._open_batches(1000):
+            numbers = sorted(int(b) for b in raw)
+            sealed += sum(self.seal(b, tier) for b in numbers)
+        return sealed
+
+    def _open_batches(self, limit: int) -> list[bytes]:
+        raw: Any = self.redis.zrange(self.keys.open_batches, 0, limit - 1)
+        return list(raw)
+
+    def seal_full(self, batches: set[int], tier: Tier | None = None) -> int:
+        """Seal the batches whose staging holds every partition of the batch."""
+        ordered = sorted(batches)
+        pipe = self.redis.pipeline(transaction=False)
+        for b in ordered:
+            pipe.hlen(self.keys.staging(b))
+        sizes = pipe.execute()
+        full = [b for b, n in zip(ordered, sizes, strict=True) if n >= self.policy.capacity(b)]
+        if full and tier is None:
+            tier = self.tier()
+        return sum(self.seal(b, tier) for b in full)
+
+    def seal_idle(self, now: float | None = None, limit: int = 100) -> int:
+        """Seal batches nobody staged into for ``seal_idle_s`` (partial batches and stragglers)."""
+        cutoff = int(((now or time.time()) - self.policy.seal_idle_s) * 1000)
+        raw: Any = self.redis.zrangebyscore(self.keys.open_batches, "-inf", cutoff, start=0, num=limit)
+        tier = self.tier() if raw else None
+        return sum(self.seal(int(b), tier) for b in raw)
+
+    def seal(self, batch_no: int, tier: Tier | None = None, extra: Sequence[ArchivedPartition] = ()) -> bool:
+        """Merge the staged records of a batch (and ``extra`` records in hand) into its blob; safe
+        against concurrent sealers: the write is refused if blob or staging changed since read.
+
+        ``tier`` is the tier the caller has just read (saves a round trip per batch); without
+        it the tier is read here.
+        """
+        batch_key, stage_key = self.keys.batch(batch_no), self.keys.staging(batch_no)
+        for _ in range(_SEAL_RETRIES):
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.get(batch_key)
+            pipe.hgetall(stage_key)
+            blob, staged = pipe.execute()
+            write = self._prepare_seal(batch_no, blob, staged, extra)
+            if isinstance(write, bool):
+                return write
+            if write is not None and self._write_seals([write], tier):
+                return True
+        raise RuntimeError(f"batch {batch_no}: gave up sealing after {_SEAL_RETRIES} conflicts")
+
+    def seal_many(self, batches: dict[int, list[ArchivedPartition]], tier: Tier | None = None) -> int:
+        """Seal several batches with records in hand (a bulk import): their blobs and staging are
+        read in one round trip, each batch is encoded once and all are written in one more; a
+        batch changed meanwhile is sealed again on its own."""
+        numbers = sorted(batches)
+        pipe = self.redis.pipeline(transaction=False)
+        for b in numbers:
+            pipe.get(self.keys.batch(b))
+            pipe.hgetall(self.keys.staging(b))
+        replies = pipe.execute()
+        tier = tier or self.tier()
+        self.workers.register({p.worker_id for parts in batches.values() for p in parts})
+        writes: list[_SealWrite] = []
+        again = []
+        for i, b in enumerate(numbers):
+            write = self._prepare_seal(b, replies[2 * i], replies[2 * i + 1], batches[b])
+            if isinstance(write, _SealWrite):
+                writes.append(write)
+            elif write is None:
+                again.append(b)
+        written = self._write_seals(writes, tier)
+        again += [w.batch_no for w in writes if w.batch_no not in written]
+        return len(written) + sum(self.seal(b, tier, batches[b]) for b in sorted(again))
+
+    def _prepare_seal(
+        self, batch_no: int, blob: bytes | None, staged: dict[bytes, bytes], extra: Sequence[ArchivedPartition]
+    ) -> _SealWrite | bool | None:
+        """The seal of blob + staging + extra, encoded; False if there is nothing to seal, None
+        if only corrupt records were staged (dropped here: read again)."""
+        if not staged and not extra:
+            self.redis.zrem(self.keys.open_batches, str(batch_no))
+            return False
+        records = {p.partition_id: p for p in self._decode_existing(batch_no, blob)}
+        json_bytes = 0
+        for field, raw in staged.items():
+            try:
+                part = as_archived(parse_archived(raw))
+            except DecodeError as exc:
+                self._dead_letter(f"stage:{batch_no}:{as_text(field)}", f"corrupt staged record: {exc}", raw)
+                continue
+            records[part.partition_id] = part
+            json_bytes += len(raw)
+        for part in extra:
+            records[part.partition_id] = part
+        if extra:  # the archived JSON these records would have had: the list form plus the member names
+            as_lists = len(orjson.dumps(list(map(tuple, extra)))) - 1 - len(extra)
+            json_bytes += as_lists + _ARCHIVED_JSON_NAMES * len(extra)
+        if not records:  # only corrupt records were staged: drop just those fields
+            self.redis.hdel(self.keys.staging(batch_no), *staged.keys())
+            return None
+        merged = [records[pid] for pid in sorted(records)]
+        new_blob = encode_blob(merged, self.workers.register(p.worker_id for p in merged))
+        return _SealWrite(
+            batch_no,
+            hashlib.sha1(blob).hexdigest() if blob else "",
+            len(staged),
+            new_blob,
+            json_bytes,
+            len(new_blob) - len(blob or b""),
+            max(p.completed_at for p in merged),
+        )
+
+    def _write_seals(self, writes: list[_SealWrite], tier: Tier | None) -> set[int]:
+        """Send the seal scripts in one round trip, then the bookkeeping of those that were not
+        refused (open-batch set, byte counters, expiry index) in another; returns the sealed."""
+        if not writes:
+            return set()
+        pipe = self.redis.pipeline(transaction=False)
+        for w in writes:
+            keys = [self.keys.batch(w.batch_no), self.keys.staging(w.batch_no)]
+            self._scripts.on(pipe, "seal", keys, [w.digest, w.staged, w.blob])
+        done = [w for w, ok in zip(writes, pipe.execute(), strict=True) if int(ok)]
+        if not done:
+            return set()
+        for w in done:
+            self.seals[w.batch_no] += 1
+        pipe = self.redis.pipeline(transaction=False)
+        if (tier or self.tier()) is Tier.SUMMARY:
+            pipe.zadd(self.keys.expiry, {str(w.batch_no): w.newest for w in done})
+        pipe.zrem(self.keys.open_batches, *(str(w.batch_no) for w in done))
+        pipe.hincrby(self.keys.archive_meta, "sealed_json_bytes", sum(w.json_bytes for w in done))
+        pipe.hincrby(self.keys.archive_meta, "sealed_blob_bytes", sum(w.blob_growth for w in done))
+        pipe.execute()
+        return {w.batch_no for w in done}
+
+    def _decode_existing(self, batch_no: int, blob: bytes | None) -> list[ArchivedPartition]:
+        """Records already sealed in a batch. A corrupt blob is copied to the quarantine key (its
+        records cannot be read; the statistics still count them) and the batch is rebuilt from
+        what is staged."""
+        if blob is None:
+            return []
+        try:
+            return self.decode_batch(blob)
+        except DecodeError as exc:
+            self.redis.set(self.keys.quarantine(batch_no), blob)
+            self._dead_letter(f"batch:{batch_no}", f"corrupt batch blob quarantined: {exc}", b"")
+            return []
+
+    def _dead_letter(self, what: str, reason: str, payload: bytes) -> None:
+        self.redis.xadd(
+            self.keys.dead_letter,
+            {"entry": what, "reason": reason, "p": payload},
+            maxlen=DEAD_LETTERS_KEPT,
+            approximate=True,
+        )
+
+    def decode_batch(self, blob: bytes) -> list[ArchivedPartition]:
+        try:
+            return decode_blob(blob, self.workers.map)
+        except DecodeError:
+            self.workers.refresh()  # another archiver may have registered new workers
+            return decode_blob(blob, self.workers.map)
