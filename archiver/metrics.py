@@ -20,6 +20,7 @@ from codec import ACTIVE_STATUSES, PartArchiveError
 from layers import ArchiveLayer, KeySchema, Tier
 from layers.liveness import Liveness
 from layers.meta import stored_int, typed_errors
+from layers.metrics import sdk_complete_seconds
 from layers.queue import oldest_pending_age
 from layers.replies import as_text
 from layers.transitions import transition_state
@@ -34,6 +35,7 @@ ROUTER_SECONDS = Histogram(
 )
 DECODES = Counter("partarchive_decode", "Archive blob decodes by result.", ["result"])
 STATS_FLUSHES = Counter("partarchive_stats_flushes", "Statistics flushes (commit script calls).")
+SDK_COMPLETE_SECONDS = sdk_complete_seconds()  # the worker SDK's histogram, exposed by our processes too
 GROUP_RECREATED = Counter(
     "partarchive_queue_group_recreated", "Times the archive queue's consumer group was gone and created again."
 )

@@ -118,7 +118,10 @@ class QueryRouter:
         pipe.getbit(k.done, pid)
         pipe.zscore(k.expiry, str(batch_no))
         pipe.hget(k.archive_meta, "retention_s")
-        active, indexed, simple, staged, blob, done, newest, retention = pipe.execute()
+        pipe.hget(k.workers, "")
+        active, indexed, simple, staged, blob, done, newest, retention, generation = pipe.execute()
+        if blob is not None and not self.archive.workers.is_current(generation):
+            self.archive.workers.reload()  # the registry was lost and built again since it was read
         if active is not None:
             return self._record(pid, Source.ACTIVE, active, decode_active)
         for source, raw in ((Source.SIMPLE, simple), (Source.STAGING, staged)):

@@ -114,7 +114,8 @@ def verify_stats(client: redis.Redis, config: Config, *, repair: bool, as_json: 
             print(f"  undecodable batches: {report.undecodable_batches}")
         if repair:
             print(f"repaired {report.repaired_keys} keys" if report.repaired_keys else "nothing to repair")
-        print("OK" if report.ok else f"{len(report.differences)} differences")
+        undecodable = f", {len(report.undecodable_batches)} batches unreadable" if report.undecodable_batches else ""
+        print("OK" if report.ok else f"{len(report.differences)} differences{undecodable}")
     if report.ok or (repair and report.repaired_keys):
         return 0
     return 1

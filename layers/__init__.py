@@ -2,7 +2,15 @@
 
 from layers.active import MAX_PARTITION_ID, ActiveLayer, Completion
 from layers.archive import ArchiveLayer, CommitResult
-from layers.errors import InvalidTransition, NotOwner, PartitionNotFound, VersionConflict, WrongKeyType
+from layers.errors import (
+    CorruptMetadata,
+    InvalidTransition,
+    NotOwner,
+    OutOfMemory,
+    PartitionNotFound,
+    VersionConflict,
+    WrongKeyType,
+)
 from layers.keys import KeySchema
 from layers.queue import ArchiveQueue, QueueEntry, QueueState
 from layers.tiers import Tier, TierPolicy
@@ -16,9 +24,11 @@ __all__ = [
     "ArchiveQueue",
     "CommitResult",
     "Completion",
+    "CorruptMetadata",
     "InvalidTransition",
     "KeySchema",
     "NotOwner",
+    "OutOfMemory",
     "PartitionNotFound",
     "QueueEntry",
     "QueueState",

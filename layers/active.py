@@ -15,7 +15,6 @@ namespace a claim first rebuilds them from the hash (`sync`, at most once a seco
 from __future__ import annotations
 
 import functools
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -28,10 +27,19 @@ from codec import ACTIVE_STATUSES, ArchivedPartition, DecodeError, PartitionInfo
 from codec.elk import decode_elk, parse_active
 from codec.gojson import GoTime, go_json, go_string
 from codec.validate import MAX_ERROR_BYTES, MAX_INT64, MIN_INT64, check_int, check_text, check_worker_id
-from layers.errors import CorruptMetadata, InvalidTransition, NotOwner, PartitionNotFound, VersionConflict, WrongKeyType
+from layers.clock import ServerClock
+from layers.errors import (
+    CorruptMetadata,
+    InvalidTransition,
+    NotOwner,
+    OutOfMemory,
+    PartitionNotFound,
+    VersionConflict,
+    WrongKeyType,
+)
 from layers.keys import KeySchema
 from layers.meta import stored_int, typed_errors
-from layers.metrics import SDK_COMPLETE_SECONDS
+from layers.metrics import sdk_complete_seconds
 from layers.replies import as_text
 from layers.scripts import Scripts
 
@@ -80,7 +88,7 @@ class ActiveLayer:
         *,
         cluster: bool = False,
         lease_timeout: float = 300.0,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         elk_prefix: str | None = None,
         record_format: str | None = None,
     ) -> None:
@@ -94,7 +102,7 @@ class ActiveLayer:
             raise ValidationError(f"record_format must be native or elk, got {record_format!r}")
         self.record_format = record_format
         self.lease_timeout = lease_timeout
-        self._clock = clock
+        self._clock = clock or ServerClock(redis_client)  # leases compare times of several hosts
         self._scripts = Scripts(redis_client)
         self._next_sync = 0.0
         self.skipped_records = 0
@@ -110,7 +118,10 @@ class ActiveLayer:
 
     def _run(self, script: str, keys: list[str], args: list[Any]) -> Any:
         """Run a script of this layer; its typed error replies become exceptions here."""
-        reply = self._scripts(script, keys, args)
+        try:
+            reply = self._scripts(script, keys, args)
+        except redis.exceptions.OutOfMemoryError:  # refused at the script's first write: nothing written
+            raise OutOfMemory(f"redis is at maxmemory and refuses writes; nothing was changed ({script})") from None
         if isinstance(reply, list) and reply and as_text(reply[0]) == "err":
             code = as_text(reply[1])
             if code == "wrong_type":
@@ -257,7 +268,7 @@ class ActiveLayer:
         check_worker_id(worker_id)
         k = self.keys
         now_ms, _, now_elk = self._clock_args()
-        with SDK_COMPLETE_SECONDS.time():
+        with sdk_complete_seconds().time():
             got = self._run(
                 "complete",
                 [k.active, k.leases, k.counts, k.done, k.queue, *k.go_stats],

@@ -26,3 +26,7 @@ class WrongKeyType(PartArchiveError):
 class CorruptMetadata(DecodeError):
     """A stored setting or counter of the namespace is not what partarchive wrote (tampered or
     foreign data); names the key and field."""
+
+
+class OutOfMemory(PartArchiveError):
+    """Redis is at ``maxmemory`` and refuses writes (noeviction): the call wrote nothing."""

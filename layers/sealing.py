@@ -121,11 +121,11 @@ class BatchSealing:
             pipe.hgetall(self.keys.staging(b))
         replies = pipe.execute()
         tier = tier or self.tier()
-        self.workers.register({p.worker_id for parts in batches.values() for p in parts})
+        self.workers.register({p.worker_id for parts in batches.values() for p in parts})  # checked once here
         writes: list[_SealWrite] = []
         again = []
         for i, b in enumerate(numbers):
-            write = self._prepare_seal(b, replies[2 * i], replies[2 * i + 1], batches[b])
+            write = self._prepare_seal(b, replies[2 * i], replies[2 * i + 1], batches[b], verify_workers=False)
             if isinstance(write, _SealWrite):
                 writes.append(write)
             elif write is None:
@@ -135,7 +135,13 @@ class BatchSealing:
         return len(written) + sum(self.seal(b, tier, batches[b]) for b in sorted(again))
 
     def _prepare_seal(
-        self, batch_no: int, blob: bytes | None, staged: dict[bytes, bytes], extra: Sequence[ArchivedPartition]
+        self,
+        batch_no: int,
+        blob: bytes | None,
+        staged: dict[bytes, bytes],
+        extra: Sequence[ArchivedPartition],
+        *,
+        verify_workers: bool = True,
     ) -> _SealWrite | bool | None:
         """The seal of blob + staging + extra, encoded; False if there is nothing to seal, None
         if only corrupt records were staged (dropped here: read again)."""
@@ -161,7 +167,8 @@ class BatchSealing:
             self.redis.hdel(self.keys.staging(batch_no), *staged.keys())
             return None
         merged = [records[pid] for pid in sorted(records)]
-        new_blob = encode_blob(merged, self.workers.register(p.worker_id for p in merged))
+        workers = self.workers.register((p.worker_id for p in merged), verify=verify_workers)
+        new_blob = encode_blob(merged, workers)
         return _SealWrite(
             batch_no,
             hashlib.sha1(blob).hexdigest() if blob else "",

@@ -21,24 +21,59 @@ class WorkerRegistry:
         self.redis = redis_client
         self.keys = keys
         self.map = WorkerMap()
+        self.generation: str | None = None  # of the registry ``map`` was read from (see register_workers.lua)
         self._scripts = Scripts(redis_client)
         self.round_trips = 0
 
-    def register(self, worker_ids: Iterable[str]) -> WorkerMap:
-        """Make sure every worker has a number (assigned atomically in Redis); returns the local map."""
-        new = sorted({w for w in worker_ids if w not in self.map})
-        for w in new:
+    def register(self, worker_ids: Iterable[str], *, verify: bool = True) -> WorkerMap:
+        """Make sure every worker has a number (assigned atomically in Redis); returns the local map.
+
+        With ``verify`` the numbers the local map holds for these workers are first checked
+        against Redis (one HMGET): after Redis lost its data, or another process changed the
+        registry, a stale number would name the wrong worker in every blob encoded with it.
+        """
+        wanted = sorted(set(worker_ids))
+        for w in wanted:
             check_worker_id(w)
+        known = [w for w in wanted if w in self.map]
+        if verify and known:
+            self.round_trips += 1
+            stored: Any = self.redis.hmget(self.keys.workers, ["", *known])
+            if [None if raw is None else as_text(raw) for raw in stored] != [
+                self.generation,
+                *(str(self.map.known_short_id(w)) for w in known),
+            ]:
+                self.reload()  # out of step with Redis (it lost its data, or was changed by hand)
+        new = [w for w in wanted if w not in self.map]
         if new:
             self.round_trips += 1
-            shorts = self._scripts("register_workers", [self.keys.workers, self.keys.workers_by_short], new)
-            for worker_id, short in zip(new, shorts, strict=True):
+            reply = self._scripts("register_workers", [self.keys.workers, self.keys.workers_by_short], new)
+            generation = as_text(reply[0])
+            if generation != self.generation:
+                self.reload()  # a registry other than the one cached: take its numbers
+            for worker_id, short in zip(new, reply[1:], strict=True):
                 self.map.add(int(short), worker_id)
         return self.map
 
+    def is_current(self, generation: Any) -> bool:
+        """Whether ``generation`` (the field '' of the workers hash, as read) is the cached one."""
+        return (None if generation is None else as_text(generation)) == self.generation
+
+    def reload(self) -> WorkerMap:
+        """Forget the local numbering and read Redis's."""
+        self.map = WorkerMap()
+        return self.refresh()
+
     def refresh(self) -> WorkerMap:
         """Reload every pair from Redis (after another process registered workers)."""
-        raw: Any = self.redis.hgetall(self.keys.workers_by_short)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hget(self.keys.workers, "")
+        pipe.hgetall(self.keys.workers_by_short)
+        generation, raw = pipe.execute()
+        generation = None if generation is None else as_text(generation)
+        if generation != self.generation:  # another registry than the cached one: nothing of it holds
+            self.map = WorkerMap()
+            self.generation = generation
         try:
             for short, worker_id in raw.items():
                 self.map.add(int(short), as_text(worker_id))

@@ -55,7 +55,9 @@ class CheckReport:
 
     @property
     def ok(self) -> bool:
-        return not self.differences
+        """No difference, and every sealed batch read: a batch that cannot be decoded hides what
+        it held from the check, so it fails it."""
+        return not self.differences and not self.undecodable_batches
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -290,3 +290,17 @@ def test_records_are_original_partition_info_json(layer: ActiveLayer, any_redis:
     ):
         assert name in data
     assert PartitionInfo.from_json(raw).partition_id == 1
+
+
+def test_importing_the_sdk_registers_no_metric() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "from prometheus_client import REGISTRY\n"
+        "before = set(REGISTRY._names_to_collectors)\n"
+        "import layers, codec\n"
+        "assert set(REGISTRY._names_to_collectors) == before, set(REGISTRY._names_to_collectors) - before\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

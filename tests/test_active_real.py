@@ -154,3 +154,20 @@ def test_a_creation_that_would_pass_the_pid_limit_writes_nothing(real_redis: red
         layer.create_partitions(1, 10_000, 1)
     assert real_redis.hlen(layer.keys.active) == 0 and not real_redis.exists(layer.keys.pending)
     assert real_redis.hget(layer.keys.meta, "last_pid") == str(2**32 - 8_000).encode()
+
+
+def test_leases_use_the_servers_clock_whatever_the_hosts_say(real_redis: redis.Redis, namespace: str) -> None:
+    import time
+
+    from layers.clock import ServerClock
+
+    behind = ActiveLayer(real_redis, namespace, clock=ServerClock(real_redis, local=lambda: time.time() - 3600))
+    ahead = ActiveLayer(real_redis, namespace, clock=ServerClock(real_redis, local=lambda: time.time() + 3600))
+    behind.create_partitions(1, 2000, 1000)
+    part = behind.claim("slow-clock")
+    assert part is not None
+    server_now = real_redis.time()[0]  # type: ignore[index]
+    assert abs(part.claimed_at - server_now) <= 2  # the server's time, not an hour ago
+    taken = ahead.claim("fast-clock")  # an hour ahead: by its own clock the lease above is long stale
+    assert taken is not None and taken.partition_id == 2
+    assert behind.get(1).worker_id == "slow-clock"  # type: ignore[union-attr]

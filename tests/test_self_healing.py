@@ -198,3 +198,27 @@ def test_an_archiver_refuses_to_start_on_a_key_of_another_type(
     done = run_cli(engine_url, namespace, "run")
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert f"{keys.archive_meta} is a list, not a hash" in done.stderr
+
+
+def test_logged_exceptions_are_fields_without_local_variables(capsys: pytest.CaptureFixture[str]) -> None:
+    import orjson
+    import structlog
+
+    from archiver.logs import configure_logging
+
+    saved = structlog.get_config()
+    configure_logging("info")  # prints to the captured stderr: put the configuration back after
+
+    def connect_with(url: str) -> None:
+        raise ConnectionError("cannot reach the server")
+
+    try:
+        connect_with("redis://:s3cret-pass@db.internal:6379/0")
+    except ConnectionError:
+        structlog.get_logger("t").exception("round failed")
+    finally:
+        structlog.configure(**saved)
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    [exc] = orjson.loads(line)["exception"]
+    assert exc["exc_type"] == "ConnectionError" and exc["exc_value"] == "cannot reach the server"
+    assert exc["frames"] and "s3cret" not in line and "locals" not in line

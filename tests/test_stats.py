@@ -274,3 +274,19 @@ def test_stats_cli(engine_url: str, real_redis: redis.Redis, namespace: str) -> 
     assert run_cli(engine_url, namespace, "stats", "verify", "--json").returncode == 0
     assert run_cli(engine_url, namespace, "stats", "--range", "0").returncode == 0
     assert run_cli(engine_url, namespace, "stats", "--day", "not-a-day").returncode == 2
+
+
+def test_verify_fails_on_a_batch_it_cannot_decode(real_redis: redis.Redis, namespace: str, engine_url: str) -> None:
+    from tests.helpers import run_cli
+
+    keys = KeySchema(namespace)
+    complete_partitions(real_redis, namespace, 250)
+    daemon = ArchiverDaemon(real_redis, Config(namespace=namespace, block_ms=10, compressed_from=0, seal_idle_s=0))
+    drain(daemon)
+    daemon.maintain(force=True)
+    assert StatsChecker(real_redis, keys).check().ok
+    real_redis.set(keys.batch(1), b"\x00garbage")
+    report = StatsChecker(real_redis, keys).check()
+    assert not report.ok and report.undecodable_batches == [1]
+    done = run_cli(engine_url, namespace, "stats", "verify")
+    assert done.returncode == 1 and "undecodable batches: [1]" in done.stdout and "1 batches unreadable" in done.stdout

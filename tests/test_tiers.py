@@ -12,6 +12,7 @@ from archiver import ArchiverDaemon, Config, QueryRouter, Source
 from archiver.daemon import drain
 from codec import ArchivedPartition, ValidationError
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, Tier, TierPolicy, migrate_step
+from tests.conftest import delete_namespace
 from tests.helpers import complete_partitions
 
 NOW = int(time.time())
@@ -267,8 +268,8 @@ def test_seal_many_writes_in_one_pass_and_reseals_a_batch_changed_meanwhile(
     late = parts(1150, 1)[0]
     original = layer._prepare_seal
 
-    def stage_meanwhile(batch_no: int, *args: object) -> object:
-        prepared = original(batch_no, *args)  # type: ignore[arg-type]
+    def stage_meanwhile(batch_no: int, *args: object, **kwargs: object) -> object:
+        prepared = original(batch_no, *args, **kwargs)  # type: ignore[arg-type]
         if batch_no == 11:
             layer.stage([late])  # another archiver stages into batch 11 before the write
         return prepared
@@ -279,3 +280,22 @@ def test_seal_many_writes_in_one_pass_and_reseals_a_batch_changed_meanwhile(
         assert layer.decode_batch(real_redis.get(layer.keys.batch(b))) == rs  # type: ignore[arg-type]
         assert not real_redis.exists(layer.keys.staging(b))
     assert layer.seals[11] == 1 and layer.open_batch_count() == 0
+
+
+def test_a_registry_lost_with_redis_is_not_trusted_from_memory(real_redis: redis.Redis, namespace: str) -> None:
+    """Redis comes back empty while two archivers run: numbers the first still holds in memory
+    now name other workers, and must not be written into new blobs or used to read them."""
+    a = archive_layer(real_redis, namespace, compressed_from=0)
+    a.seal_many({1: [ArchivedPartition(p, p, p, "x" if p % 2 else "y", NOW, 1) for p in range(100, 200)]})
+    assert a.workers.map.known_short_id("x") == 1
+    reader = router(real_redis, namespace, a)
+    reader.get(150)  # a reader that has read the numbers from before: x = 1, y = 2
+    assert reader.archive.workers.map.known_short_id("x") == 1
+    delete_namespace(real_redis, namespace)
+    b = archive_layer(real_redis, namespace, compressed_from=0)
+    b.seal_many({2: [ArchivedPartition(p, p, p, "y", NOW, 1) for p in range(200, 300)]})  # y is now 1
+    x_batch = [ArchivedPartition(p, p, p, "x", NOW, 1) for p in range(300, 400)]
+    a.seal(3, extra=x_batch)
+    assert b.decode_batch(real_redis.get(a.keys.batch(3))) == x_batch  # type: ignore[arg-type]
+    answer = reader.get(250)
+    assert answer.partition is not None and answer.partition.worker_id == "y"
