@@ -25,6 +25,7 @@ from typing import Any
 import redis
 import structlog
 
+from archiver.commit import CommitBuffer
 from archiver.config import Config
 from archiver.metrics import CONSUMERS_REMOVED, GROUP_RECREATED, STATS_FLUSHES
 from archiver.pacing import MaintenancePacer
@@ -43,7 +44,7 @@ from layers.errors import CorruptMetadata, WrongKeyType
 from layers.liveness import STALE_AFTER_S, ArchiverHealth, Liveness
 from layers.maintenance import MaintenanceLock
 from layers.meta import find_wrong_type, typed_errors
-from stats import StatsAccumulator, StatsChecker, StatsCompactor
+from stats import StatsChecker, StatsCompactor
 
 log = structlog.get_logger("partarchive.archiver")
 
@@ -62,7 +63,7 @@ class ArchiverDaemon:
         self.keys = config.keys
         self.queue = ArchiveQueue(redis_client, self.keys)
         self.archive = ArchiveLayer(redis_client, self.keys, config.policy)
-        self.stats = StatsAccumulator(
+        self.stats = CommitBuffer(
             self.archive,
             flush_count=config.stats_flush_count,
             flush_interval_s=config.stats_flush_interval_s,

@@ -32,11 +32,11 @@ from typing import Any, TypeVar
 import orjson
 import redis
 
+from archiver.commit import CommitBuffer
 from archiver.config import Config
 from codec import ArchivedPartition
 from layers import ArchiveLayer, Tier
 from layers.elk import ElkSource, FamilySurvey, Item, Rejected
-from stats import StatsAccumulator
 
 SOURCES = ("active", "archived", "batch")
 CHUNK = 2000
@@ -117,7 +117,7 @@ class ElkMigration:
         self.keys = config.keys
         self.source = ElkSource(client, key_prefix)
         self.archive = ArchiveLayer(client, self.keys, config.policy)
-        self.stats = StatsAccumulator(  # flushed by `_import`, one commit per chunk
+        self.stats = CommitBuffer(  # flushed by `_import`, one commit per chunk
             self.archive, flush_count=2**62, flush_interval_s=3600, range_width=config.stats_range_width
         )
 

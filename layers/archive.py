@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +42,22 @@ class CommitResult:
     total: int
     tier: Tier
     newly_archived: int
+
+
+def split_counted(
+    entries: Sequence[tuple[str, ArchivedPartition]], already: set[int]
+) -> tuple[list[tuple[str, ArchivedPartition]], list[str]]:
+    """The entries to count (each pid once, none of ``already``) and those only to acknowledge."""
+    counted: list[tuple[str, ArchivedPartition]] = []
+    ack_only: list[str] = []
+    seen: set[int] = set()
+    for entry_id, part in entries:
+        if part.partition_id in seen or part.partition_id in already:
+            ack_only.append(entry_id)
+        else:
+            seen.add(part.partition_id)
+            counted.append((entry_id, part))
+    return counted, ack_only
 
 
 class ArchiveLayer(BatchSealing):
@@ -115,9 +131,17 @@ class ArchiveLayer(BatchSealing):
     # write path
 
     def archive(self, entries: Sequence[tuple[str, ArchivedPartition]]) -> CommitResult:
-        """Write the partitions' detail, then commit them (without statistics)."""
+        """Write the partitions' detail, then commit them (without statistics; the archiver's
+        commit with statistics is `archiver.commit.CommitBuffer`)."""
         self.write_detail([part for _, part in entries])
-        return self.commit_deduplicated(entries, lambda parts: ([], []))
+        already: set[int] = set()
+        for _ in range(3):
+            counted, ack_only = split_counted(entries, already)
+            result = self.commit(counted, ack_only)
+            if isinstance(result, CommitResult):
+                return result
+            already.update(result)
+        raise RuntimeError("commit kept finding new duplicates; is another archiver misconfigured?")
 
     def write_detail(self, parts: Sequence[ArchivedPartition | ElkRecord]) -> Tier:
         """Store the records in the current tier (idempotent); returns that tier."""
@@ -166,31 +190,6 @@ class ArchiveLayer(BatchSealing):
         if as_text(reply[0]) == "dup":
             return [int(p) for p in reply[1:]]
         return CommitResult(int(reply[1]), Tier(as_text(reply[2])), int(reply[3]))
-
-    def commit_deduplicated(
-        self,
-        entries: Sequence[tuple[str, ArchivedPartition]],
-        build_ops: Callable[[list[ArchivedPartition]], tuple[list[str], list[tuple[int, str, str, int]]]],
-    ) -> CommitResult:
-        """Commit, counting each partition once: a pid seen twice in ``entries`` or already in
-        the index is only acknowledged. ``build_ops`` gives the statistics for the counted ones."""
-        already: set[int] = set()
-        for _ in range(3):
-            counted: list[tuple[str, ArchivedPartition]] = []
-            ack_only: list[str] = []
-            seen: set[int] = set()
-            for entry_id, part in entries:
-                if part.partition_id in seen or part.partition_id in already:
-                    ack_only.append(entry_id)
-                else:
-                    seen.add(part.partition_id)
-                    counted.append((entry_id, part))
-            keys, ops = build_ops([p for _, p in counted])
-            result = self.commit(counted, ack_only, keys, ops)
-            if isinstance(result, CommitResult):
-                return result
-            already.update(result)
-        raise RuntimeError("commit kept finding new duplicates; is another archiver misconfigured?")
 
     def stage(self, parts: Sequence[ArchivedPartition | ElkRecord]) -> set[int]:
         """Put records in their batches' staging hashes; returns the batch numbers touched."""

@@ -1,16 +1,14 @@
 """Statistics layer: batched rollups counted exactly once, the merged view, verify and repair."""
 
-from stats.accumulator import DEFAULT_RANGE_WIDTH, StatsAccumulator
 from stats.compaction import StatsCompactor
 from stats.reader import StatsReader
-from stats.rollup import day_of, rollup_ops
+from stats.rollup import DEFAULT_RANGE_WIDTH, day_of, rollup_ops
 from stats.verify import CheckReport, Difference, StatsChecker
 
 __all__ = [
     "DEFAULT_RANGE_WIDTH",
     "CheckReport",
     "Difference",
-    "StatsAccumulator",
     "StatsChecker",
     "StatsCompactor",
     "StatsReader",

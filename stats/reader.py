@@ -10,8 +10,8 @@ from codec import ACTIVE_STATUSES, DecodeError
 from layers import KeySchema
 from layers.meta import is_wrong_type, stored_int, stored_tier, wrong_type_error
 from layers.replies import as_text
-from stats.accumulator import DEFAULT_RANGE_WIDTH
 from stats.compaction import COARSE, coarse_of, merge_fields
+from stats.rollup import DEFAULT_RANGE_WIDTH
 
 
 def _ints(raw: dict[Any, Any]) -> dict[str, int]:

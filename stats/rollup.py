@@ -16,6 +16,8 @@ from codec import ArchivedPartition
 from layers import KeySchema
 
 Op = tuple[int, str, str, int]
+#: Partitions per statistics range, unless the namespace stores another (``stats_meta.range_width``).
+DEFAULT_RANGE_WIDTH = 1000
 
 
 def day_of(timestamp: int) -> str:

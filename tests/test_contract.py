@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import redis
 
+from archiver.commit import CommitBuffer
 from codec import ArchivedPartition
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy
 from layers.queue import QueueEntry
-from stats import StatsAccumulator, StatsChecker, StatsReader
+from stats import StatsChecker, StatsReader
 
 NOW = 1_763_900_000
 
@@ -54,7 +55,7 @@ def test_commit_counts_each_partition_once(any_redis: redis.Redis, namespace: st
     keys = KeySchema(namespace)
     archive = ArchiveLayer(any_redis, keys)
     ArchiveQueue(any_redis, keys).ensure_group()
-    stats = StatsAccumulator(archive, flush_count=1000)
+    stats = CommitBuffer(archive, flush_count=1000)
     parts = _parts(1, 10)
     archive.write_detail(parts)
     stats.add([("-", p) for p in parts])

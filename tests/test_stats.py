@@ -8,11 +8,12 @@ import pytest
 import redis
 
 from archiver import ArchiverDaemon, Config
+from archiver.commit import CommitBuffer
 from archiver.daemon import drain
 from codec import ArchivedPartition
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy
 from layers.maintenance import MaintenanceLock
-from stats import StatsAccumulator, StatsChecker, StatsReader
+from stats import StatsChecker, StatsReader
 from tests.conftest import Clock
 from tests.helpers import complete_partitions, kill_archiver_when, start_archiver, wait_for
 
@@ -38,9 +39,9 @@ def queued(client: redis.Redis, namespace: str, parts: list[ArchivedPartition]) 
     return [(e.entry_id, ArchivedPartition.from_json(e.payload)) for e in entries]
 
 
-def accumulator(client: redis.Redis, namespace: str, **kw: object) -> StatsAccumulator:
+def accumulator(client: redis.Redis, namespace: str, **kw: object) -> CommitBuffer:
     archive = ArchiveLayer(client, KeySchema(namespace), TierPolicy())
-    return StatsAccumulator(archive, **kw)  # type: ignore[arg-type]
+    return CommitBuffer(archive, **kw)  # type: ignore[arg-type]
 
 
 def test_flush_by_count(real_redis: redis.Redis, namespace: str) -> None:
@@ -186,7 +187,7 @@ def archive_known_parts(client: redis.Redis, namespace: str, policy: TierPolicy)
     entries = queued(client, namespace, known_parts())
     archive.write_detail([p for _, p in entries])
     archive.seal_idle()
-    acc = StatsAccumulator(archive, range_width=5)
+    acc = CommitBuffer(archive, range_width=5)
     acc.add(entries)
     acc.flush()
     return archive

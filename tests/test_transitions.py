@@ -208,12 +208,13 @@ def test_retention_changed_at_run_time(real_redis: redis.Redis, namespace: str) 
 
 
 def test_statistics_keep_their_own_retention(real_redis: redis.Redis, namespace: str) -> None:
-    from stats import StatsAccumulator, StatsCompactor
+    from archiver.commit import CommitBuffer
+    from stats import StatsCompactor
 
     keys = KeySchema(namespace)
     layer = ArchiveLayer(real_redis, keys, TierPolicy())
     ArchiveQueue(real_redis, keys).ensure_group()
-    acc = StatsAccumulator(layer, flush_count=10_000, range_width=100)
+    acc = CommitBuffer(layer, flush_count=10_000, range_width=100)
     old, young = NOW - 40 * 86400, NOW - 3600
     parts = [
         ArchivedPartition(p, p * 10, p * 10 + 9, f"w{p % 3}", (old if p <= 1000 else young) + p, 5)

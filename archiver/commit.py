@@ -1,9 +1,13 @@
-"""The archiver's local statistics accumulator.
+"""The archiver's commit: archived entries counted exactly once and acknowledged.
 
-Archived entries wait here, unacknowledged, until a flush: every ``flush_count`` updates or
-``flush_interval_s`` seconds, whichever comes first. A flush is one commit script that sets
-the index bits, applies the statistics of the partitions not counted before, and
-acknowledges the entries, so a partition is counted exactly once however often its entry
+Entries whose detail is written wait here, unacknowledged, until a flush: every
+``flush_count`` entries or ``flush_interval_s`` seconds, whichever comes first. A flush calls
+down, in one direction: it counts each partition of the flush once (`split_counted`), builds
+their statistics (`stats.rollup_ops`, pure) and runs one commit script (`ArchiveLayer.commit`)
+that sets their index bits, applies those statistics and acknowledges + deletes every entry.
+The script writes nothing if a counted partition already has its bit (a redelivered entry,
+another archiver) and names those; the flush moves them to the acknowledged-only entries and
+builds the statistics again. So a partition is counted exactly once however often its entry
 is delivered.
 """
 
@@ -14,15 +18,15 @@ from collections.abc import Callable, Sequence
 
 from codec import ArchivedPartition, ValidationError
 from layers import ArchiveLayer, CommitResult
+from layers.archive import split_counted
 from layers.meta import stored_int
-from stats.rollup import Op, rollup_ops
+from stats.rollup import DEFAULT_RANGE_WIDTH, rollup_ops
 
-DEFAULT_RANGE_WIDTH = 1000
 DEFAULT_FLUSH_COUNT = 100
 DEFAULT_FLUSH_INTERVAL_S = 30.0
 
 
-class StatsAccumulator:
+class CommitBuffer:
     def __init__(
         self,
         archive: ArchiveLayer,
@@ -67,13 +71,13 @@ class StatsAccumulator:
         return bool(self._entries) and self._clock() - self._since >= self.flush_interval_s
 
     def flush(self, limit: int | None = None) -> CommitResult:
-        """Commit the oldest ``limit`` buffered entries, or all (one round trip; two if a
-        redelivered entry is found). On failure they stay buffered, unacknowledged."""
+        """Commit the oldest ``limit`` buffered entries, or all (one round trip; two if one of
+        them was archived already). On failure they stay buffered, unacknowledged."""
         cut = len(self._entries) if limit is None else limit
         entries, self._entries = self._entries[:cut], self._entries[cut:]
         self.check_range_width()
         try:
-            result = self.archive.commit_deduplicated(entries, self._ops)
+            result = self._commit(entries)
         except BaseException:
             self._entries = entries + self._entries  # nothing was acknowledged; try again later
             raise
@@ -82,9 +86,17 @@ class StatsAccumulator:
             self._since = self._clock()
         return result
 
-    def _ops(self, parts: list[ArchivedPartition]) -> tuple[list[str], list[Op]]:
-        self.round_trips += 1  # one commit script call follows each build
-        return rollup_ops(parts, self.archive.keys, self.range_width, int(time.time()))
+    def _commit(self, entries: list[tuple[str, ArchivedPartition]]) -> CommitResult:
+        already: set[int] = set()
+        for _ in range(3):
+            counted, ack_only = split_counted(entries, already)
+            keys, ops = rollup_ops([p for _, p in counted], self.archive.keys, self.range_width, int(time.time()))
+            self.round_trips += 1
+            result = self.archive.commit(counted, ack_only, keys, ops)
+            if isinstance(result, CommitResult):
+                return result
+            already.update(result)
+        raise RuntimeError("commit kept finding new duplicates; is another archiver misconfigured?")
 
     def check_range_width(self) -> None:
         """Record the range width on first use; refuse a different one (it would split ranges)."""
