@@ -21,12 +21,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from archiver.config import Config
 from archiver.metrics import register_state_collector
+from archiver.namespace import Namespace
 from archiver.router import QueryRouter
 from codec import PartArchiveError, ValidationError
-from layers import MAX_PARTITION_ID, ActiveLayer
-from layers.liveness import Liveness
+from layers import MAX_PARTITION_ID
 from layers.meta import is_wrong_type, wrong_type_error
-from stats import StatsReader
 
 log = structlog.get_logger("partarchive.api")
 
@@ -88,10 +87,11 @@ def _error(status: int, error: str, detail: Any = None, headers: Mapping[str, st
 
 
 def create_app(client: redis.Redis, config: Config) -> FastAPI:
-    keys = config.keys
-    router = QueryRouter(client, keys, policy=config.policy)
-    active = ActiveLayer(client, keys, record_format=config.record_format)
-    reader = StatsReader(client, keys)
+    ns = Namespace(client, config)
+    keys = ns.keys
+    reader = ns.stats
+    router = QueryRouter(client, keys, archive=ns.archive, summary_lookup=reader.range_summary)
+    active = ns.active
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -192,7 +192,7 @@ def create_app(client: redis.Redis, config: Config) -> FastAPI:
     def readyz() -> Any:
         """Ready unless Redis is unreachable, or no archiver is alive while entries wait in the queue."""
         client.ping()
-        if not Liveness(client, keys).archivers():
+        if not ns.liveness.archivers():
             backlog = int(client.xlen(keys.queue))  # type: ignore[arg-type]
             if backlog:
                 return _error(503, "no live archiver while the queue grows", {"queue_length": backlog})

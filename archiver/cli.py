@@ -172,6 +172,7 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_get(args: argparse.Namespace, config: Config) -> int:
+    from archiver.namespace import Namespace
     from archiver.router import QueryRouter
 
     try:
@@ -179,7 +180,8 @@ def cmd_get(args: argparse.Namespace, config: Config) -> int:
     except ValueError:
         raise CliError(f"partition id must be an integer, got {args.pid!r}") from None
     client = connect(config.redis_url or DEFAULT_REDIS_URL)
-    answer = QueryRouter(client, config.keys, policy=config.policy).get(pid)
+    ns = Namespace(client, config)
+    answer = QueryRouter(client, ns.keys, archive=ns.archive, summary_lookup=ns.stats.range_summary).get(pid)
     if args.json:
         print_json(answer.to_dict())
     elif answer.found:
@@ -207,10 +209,11 @@ def cmd_status(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_archivers(args: argparse.Namespace, config: Config) -> int:
+    from archiver.namespace import Namespace
     from archiver.status import format_archivers
-    from layers.liveness import Liveness
 
-    found = Liveness(connect(config.redis_url or DEFAULT_REDIS_URL), config.keys).archivers(include_dead=args.all)
+    ns = Namespace(connect(config.redis_url or DEFAULT_REDIS_URL), config)
+    found = ns.liveness.archivers(include_dead=args.all)
     if args.json:
         print_json([h.to_dict() for h in found])
     else:
@@ -318,9 +321,9 @@ def _stream_id(text: str) -> str:
 
 
 def cmd_retention(args: argparse.Namespace, config: Config) -> int:
-    from layers import ArchiveLayer
+    from archiver.namespace import Namespace
 
-    archive = ArchiveLayer(connect(config.redis_url or DEFAULT_REDIS_URL), config.keys, config.policy)
+    archive = Namespace(connect(config.redis_url or DEFAULT_REDIS_URL), config).archive
     if args.seconds is None:
         print(f"retention {archive.retention_s()} s (summary tier: detail kept this long after completion)")
     else:

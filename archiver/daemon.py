@@ -25,26 +25,23 @@ from typing import Any
 import redis
 import structlog
 
-from archiver.commit import CommitBuffer
 from archiver.config import Config
 from archiver.metrics import CONSUMERS_REMOVED, GROUP_RECREATED, STATS_FLUSHES
+from archiver.namespace import Namespace
 from archiver.pacing import MaintenancePacer
 from codec import ArchivedPartition, DecodeError
 from codec.elk import ElkRecord, as_archived, parse_archived
 from layers import (
     MAX_PARTITION_ID,
-    ArchiveLayer,
-    ArchiveQueue,
     CommitResult,
     QueueEntry,
     Tier,
     migrate_step,
 )
 from layers.errors import CorruptMetadata, WrongKeyType
-from layers.liveness import STALE_AFTER_S, ArchiverHealth, Liveness
-from layers.maintenance import MaintenanceLock
+from layers.liveness import STALE_AFTER_S, ArchiverHealth
 from layers.meta import find_wrong_type, typed_errors
-from stats import StatsChecker, StatsCompactor
+from stats import StatsChecker
 
 log = structlog.get_logger("partarchive.archiver")
 
@@ -60,15 +57,11 @@ def default_consumer_name() -> str:
 class ArchiverDaemon:
     def __init__(self, redis_client: redis.Redis, config: Config, consumer: str | None = None) -> None:
         self.config = config
-        self.keys = config.keys
-        self.queue = ArchiveQueue(redis_client, self.keys)
-        self.archive = ArchiveLayer(redis_client, self.keys, config.policy)
-        self.stats = CommitBuffer(
-            self.archive,
-            flush_count=config.stats_flush_count,
-            flush_interval_s=config.stats_flush_interval_s,
-            range_width=config.stats_range_width,
-        )
+        self.namespace = ns = Namespace(redis_client, config)
+        self.keys = ns.keys
+        self.queue = ns.queue
+        self.archive = ns.archive
+        self.stats = ns.commit_buffer()
         self.consumer = consumer or default_consumer_name()
         self.archived = 0
         self.dead_lettered = 0
@@ -80,16 +73,10 @@ class ArchiverDaemon:
             from archiver.migrate import ElkMigration
 
             self._adopter = ElkMigration(redis_client, config, config.elk_prefix)
-        self.compactor = StatsCompactor(
-            redis_client,
-            self.keys,
-            range_width=config.stats_range_width,
-            hourly_keep_days=config.stats_hourly_keep_days,
-            range_keep_days=config.stats_range_keep_days,
-        )
-        self.lock = MaintenanceLock(redis_client, self.keys, self.consumer, config.maintenance_lock_ttl_s)
+        self.compactor = ns.compactor()
+        self.lock = ns.maintenance_lock(self.consumer)
         self.has_lock = False
-        self.liveness = Liveness(redis_client, self.keys)
+        self.liveness = ns.liveness
         self.started = time.time()
         self._next_beat = 0.0
         self._beat_archived = 0

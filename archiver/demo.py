@@ -13,8 +13,9 @@ from tqdm import tqdm
 
 from archiver.config import Config
 from archiver.daemon import ArchiverDaemon, run_until
+from archiver.namespace import Namespace
 from archiver.router import QueryRouter, Source
-from layers import ActiveLayer, ArchiveLayer
+from layers import ActiveLayer
 from stats import StatsReader
 
 ARCHIVE_SOURCES = (Source.SIMPLE, Source.STAGING, Source.BATCH)
@@ -93,7 +94,8 @@ def run_demo(
     progress: bool = True,
 ) -> DemoReport:
     started = time.monotonic()
-    active = ActiveLayer(client, config.keys, lease_timeout=config.lease_timeout_s, record_format=config.record_format)
+    ns = Namespace(client, config)
+    active = ns.active
     pids = active.create_partitions(1, partitions * 1000, 1000) if partitions else range(0)
     stats = {"completed": 0, "failed": 0}
     lock = threading.Lock()
@@ -103,7 +105,7 @@ def run_demo(
         for i in range(workers)
     ]
     daemon = ArchiverDaemon(client, replace(config, stats_flush_interval_s=0.5), consumer="demo-archiver")
-    archive = ArchiveLayer(client, config.keys)
+    archive = ns.archive
     queue_keys = daemon.keys
 
     def drained() -> bool:
@@ -119,7 +121,7 @@ def run_demo(
             bar.update(min(daemon.archived, len(pids)) - bar.n)
         bar.update(min(daemon.archived, len(pids)) - bar.n)
     finished.set()
-    router = QueryRouter(client, config.keys, policy=config.policy)
+    router = QueryRouter(client, ns.keys, archive=ns.archive, summary_lookup=ns.stats.range_summary)
     found = in_archive = 0
     for pid in pids:
         answer = router.get(pid)

@@ -34,8 +34,9 @@ import redis
 
 from archiver.commit import CommitBuffer
 from archiver.config import Config
+from archiver.namespace import Namespace
 from codec import ArchivedPartition
-from layers import ArchiveLayer, Tier
+from layers import Tier
 from layers.elk import ElkSource, FamilySurvey, Item, Rejected
 
 SOURCES = ("active", "archived", "batch")
@@ -116,7 +117,7 @@ class ElkMigration:
         self.config = config
         self.keys = config.keys
         self.source = ElkSource(client, key_prefix)
-        self.archive = ArchiveLayer(client, self.keys, config.policy)
+        self.archive = Namespace(client, config).archive
         self.stats = CommitBuffer(  # flushed by `_import`, one commit per chunk
             self.archive, flush_count=2**62, flush_interval_s=3600, range_width=config.stats_range_width
         )

@@ -15,8 +15,8 @@ from tqdm import tqdm
 from archiver.config import Config
 from archiver.export import Exporter
 from archiver.migrate import CHUNK, ElkMigration, MigrationReport, rejected_lines
+from archiver.namespace import Namespace
 from archiver.output import print_json
-from layers import ArchiveLayer
 from layers.elk import ElkSource, find_deployments
 
 EXIT_NOT_FOUND = 1
@@ -99,7 +99,7 @@ def migrate_from_elk(client: redis.Redis, config: Config, args: argparse.Namespa
 
 
 def export(client: redis.Redis, config: Config, *, fmt: str, output: str | None, into_hash: str | None) -> int:
-    exporter = Exporter(ArchiveLayer(client, config.keys, config.policy), fmt)
+    exporter = Exporter(Namespace(client, config).archive, fmt)
     if into_hash is not None:
         count = exporter.into_hash(client, into_hash)
         where = f"hash {into_hash}"

@@ -87,10 +87,11 @@ class QueryRouter:
         cluster: bool = False,
         policy: TierPolicy | None = None,
         summary_lookup: SummaryLookup | None = None,
+        archive: ArchiveLayer | None = None,
     ) -> None:
         self.redis = redis_client
         self.keys = KeySchema.of(namespace, cluster)
-        self.archive = ArchiveLayer(redis_client, self.keys, policy)
+        self.archive = archive or ArchiveLayer(redis_client, self.keys, policy)
         if summary_lookup is None:
             summary_lookup = StatsReader(redis_client, self.keys).range_summary
         self.summary_lookup = summary_lookup

@@ -8,16 +8,14 @@ from typing import Any
 import redis
 
 from archiver.config import Config
-from layers import ActiveLayer, ArchiveLayer, ArchiveQueue
-from layers.liveness import ArchiverHealth, Liveness
+from archiver.namespace import Namespace
+from layers.liveness import ArchiverHealth
 from layers.transitions import transition_state
 
 
 def collect_status(client: redis.Redis, config: Config) -> dict[str, Any]:
-    keys = config.keys
-    active = ActiveLayer(client, keys)
-    archive = ArchiveLayer(client, keys, config.policy)
-    queue = ArchiveQueue(client, keys).state()
+    ns = Namespace(client, config)
+    active, archive, queue = ns.active, ns.archive, ns.queue.state()
     memory = client.info("memory")
     return {
         "namespace": config.namespace,
@@ -38,7 +36,7 @@ def collect_status(client: redis.Redis, config: Config) -> dict[str, Any]:
             "consumers": queue.consumers,
             "dead_letters": queue.dead_letters,
         },
-        "archivers_alive": len(Liveness(client, keys).archivers()),
+        "archivers_alive": len(ns.liveness.archivers()),
         "redis": {
             "used_memory": int(memory["used_memory"]),  # type: ignore[index]
             "used_memory_human": memory["used_memory_human"],  # type: ignore[index]

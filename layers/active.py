@@ -103,7 +103,7 @@ class ActiveLayer:
         self.record_format = record_format
         self.lease_timeout = lease_timeout
         self._clock = clock or ServerClock(redis_client)  # leases compare times of several hosts
-        self._scripts = Scripts(redis_client)
+        self._scripts = Scripts.of(redis_client)
         self._next_sync = 0.0
         self.skipped_records = 0
 

@@ -66,7 +66,7 @@ class ArchiveLayer(BatchSealing):
         self.keys = keys
         self.policy = policy or TierPolicy()
         self.workers = WorkerRegistry(redis_client, keys)
-        self._scripts = Scripts(redis_client)
+        self._scripts = Scripts.of(redis_client)
         self._batch_size_checked = False
         self._stored_batch_size: int | None = None  # once stored it never changes
         self.seals: Counter[int] = Counter()  # batch number -> seals by this process

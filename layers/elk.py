@@ -116,7 +116,7 @@ class ElkSource:
     def __init__(self, client: redis.Redis, key_prefix: str) -> None:
         self.redis = client
         self.keys = ElkKeys(key_prefix)
-        self._scripts = Scripts(client)
+        self._scripts = Scripts.of(client)
         self._workers: list[ElkWorker] | None = None
 
     def check_types(self) -> dict[str, str]:

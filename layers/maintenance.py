@@ -24,7 +24,7 @@ class MaintenanceLock:
         self.key = keys.maintenance_lock
         self.holder = holder
         self.ttl_ms = max(1, int(ttl_s * 1000))
-        self._scripts = Scripts(client)
+        self._scripts = Scripts.of(client)
 
     def acquire(self) -> bool:
         """Take the lock, or renew it if this holder has it already; False if another holds it."""

@@ -77,7 +77,7 @@ class ArchiveQueue:
         self.redis = redis_client
         self.keys = keys
         self.group = ARCHIVER_GROUP
-        self._scripts = Scripts(redis_client)
+        self._scripts = Scripts.of(redis_client)
         self._claim_cursor = "0-0"
 
     def ensure_group(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from functools import cache
 from importlib import resources
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import redis
 from redis.commands.core import Script
@@ -25,11 +26,24 @@ def script_source(name: str) -> str:
 
 
 class Scripts:
-    """The scripts registered on one client, by name: ``scripts("complete", keys, args)``."""
+    """The scripts registered on one client, by name: ``scripts("complete", keys, args)``.
+
+    `Scripts.of(client)` gives every layer using a client the same instance, so each script is
+    read, hashed and registered once per client.
+    """
+
+    _by_client: WeakKeyDictionary[redis.Redis, Scripts] = WeakKeyDictionary()
 
     def __init__(self, client: redis.Redis) -> None:
         self._client = client
         self._registered: dict[str, Script] = {}
+
+    @classmethod
+    def of(cls, client: redis.Redis) -> Scripts:
+        found = cls._by_client.get(client)
+        if found is None:
+            found = cls._by_client[client] = cls(client)
+        return found
 
     def __call__(self, name: str, keys: list[str], args: list[Any], client: Any = None) -> Any:
         script = self._registered.get(name)

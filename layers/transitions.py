@@ -158,7 +158,7 @@ def _move_batches(archive: ArchiveLayer, tier: Tier, fields: dict[int, list[str]
 
 
 def _delete_unchanged(archive: ArchiveLayer, pairs: list[tuple[str, bytes]]) -> None:
-    scripts = Scripts(archive.redis)
+    scripts = Scripts.of(archive.redis)
     for start in range(0, len(pairs), 500):
         args: list[Any] = []
         for name, raw in pairs[start : start + 500]:

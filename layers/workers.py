@@ -22,7 +22,7 @@ class WorkerRegistry:
         self.keys = keys
         self.map = WorkerMap()
         self.generation: str | None = None  # of the registry ``map`` was read from (see register_workers.lua)
-        self._scripts = Scripts(redis_client)
+        self._scripts = Scripts.of(redis_client)
         self.round_trips = 0
 
     def register(self, worker_ids: Iterable[str], *, verify: bool = True) -> WorkerMap:

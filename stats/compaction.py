@@ -67,7 +67,7 @@ class StatsCompactor:
         self.range_width = range_width
         self.hourly_keep_days = hourly_keep_days
         self.range_keep_days = range_keep_days
-        self._scripts = Scripts(client)
+        self._scripts = Scripts.of(client)
 
     def step(self, now: float | None = None) -> int:
         """One bounded step of day rolls and range merges; returns the keys compacted (0 = done)."""

@@ -1,0 +1,73 @@
+"""One namespace, wired once: its settings, keys and tier policy, and the layers built on them.
+
+Every process (daemon, HTTP API, CLI commands, importer) builds one `Namespace` from its
+`Config` and a client, and takes its parts from it, so they share one key schema, one tier
+policy, one script registry (`Scripts.of`) and one worker registry instead of each building
+its own.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import redis
+
+from archiver.commit import CommitBuffer
+from archiver.config import Config
+from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy
+from layers.liveness import Liveness
+from layers.maintenance import MaintenanceLock
+from stats import StatsCompactor, StatsReader
+
+
+class Namespace:
+    def __init__(self, client: redis.Redis, config: Config) -> None:
+        self.redis = client
+        self.config = config
+        self.keys: KeySchema = config.keys
+        self.policy: TierPolicy = config.policy
+
+    @cached_property
+    def active(self) -> ActiveLayer:
+        return ActiveLayer(
+            self.redis, self.keys, lease_timeout=self.config.lease_timeout_s, record_format=self.config.record_format
+        )
+
+    @cached_property
+    def queue(self) -> ArchiveQueue:
+        return ArchiveQueue(self.redis, self.keys)
+
+    @cached_property
+    def archive(self) -> ArchiveLayer:
+        return ArchiveLayer(self.redis, self.keys, self.policy)
+
+    @cached_property
+    def liveness(self) -> Liveness:
+        return Liveness(self.redis, self.keys)
+
+    @cached_property
+    def stats(self) -> StatsReader:
+        return StatsReader(self.redis, self.keys)
+
+    def commit_buffer(self) -> CommitBuffer:
+        """The archiver's buffer of entries waiting for their commit (one per daemon)."""
+        cfg = self.config
+        return CommitBuffer(
+            self.archive,
+            flush_count=cfg.stats_flush_count,
+            flush_interval_s=cfg.stats_flush_interval_s,
+            range_width=cfg.stats_range_width,
+        )
+
+    def compactor(self) -> StatsCompactor:
+        cfg = self.config
+        return StatsCompactor(
+            self.redis,
+            self.keys,
+            range_width=cfg.stats_range_width,
+            hourly_keep_days=cfg.stats_hourly_keep_days,
+            range_keep_days=cfg.stats_range_keep_days,
+        )
+
+    def maintenance_lock(self, holder: str) -> MaintenanceLock:
+        return MaintenanceLock(self.redis, self.keys, holder, self.config.maintenance_lock_ttl_s)
