@@ -61,10 +61,25 @@ end
 if meta[3] and not rank[meta[3]] then
   return {'err', 'corrupt_meta', 'tier'}
 end
+-- every statistics field the ops touch, one HMGET per key: checked here, reused below
+local current, fields_of = {}, {}
 for i = 7, #ARGV, 4 do
-  local current = redis.call('HGET', KEYS[tonumber(ARGV[i])], ARGV[i + 2])
-  if current and not (string.match(current, '^%-?%d+$') or (ARGV[i + 1] ~= '+' and tonumber(current))) then
-    return {'err', 'corrupt_meta', KEYS[tonumber(ARGV[i])] .. ' ' .. ARGV[i + 2]}
+  local k = tonumber(ARGV[i])
+  fields_of[k] = fields_of[k] or {}
+  table.insert(fields_of[k], i)
+end
+for k, ops in pairs(fields_of) do
+  local names = {}
+  for j, i in ipairs(ops) do
+    names[j] = ARGV[i + 2]
+  end
+  local values = redis.call('HMGET', KEYS[k], unpack(names))
+  for j, i in ipairs(ops) do
+    local value = values[j]
+    if value and not (string.match(value, '^%-?%d+$') or (ARGV[i + 1] ~= '+' and tonumber(value))) then
+      return {'err', 'corrupt_meta', KEYS[k] .. ' ' .. ARGV[i + 2]}
+    end
+    current[i] = value
   end
 end
 local pids = split(ARGV[4])
@@ -95,17 +110,20 @@ for i = 1, n do
 end
 ack(split(ARGV[5]))
 ack(split(ARGV[6]))
+local keep = {}
 for i = 7, #ARGV, 4 do
-  local key, op, field, value = KEYS[tonumber(ARGV[i])], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local k, op, field, value = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   if op == '+' then
-    redis.call('HINCRBY', key, field, value)
-  else
-    local current = redis.call('HGET', key, field)
-    if not current or (op == '<' and tonumber(value) < tonumber(current))
-        or (op == '>' and tonumber(value) > tonumber(current)) then
-      redis.call('HSET', key, field, value)
-    end
+    redis.call('HINCRBY', KEYS[k], field, value)
+  elseif not current[i] or (op == '<' and tonumber(value) < tonumber(current[i]))
+      or (op == '>' and tonumber(value) > tonumber(current[i])) then
+    keep[k] = keep[k] or {}
+    table.insert(keep[k], field)
+    table.insert(keep[k], value)
   end
+end
+for k, pairs_ in pairs(keep) do
+  redis.call('HSET', KEYS[k], unpack(pairs_))
 end
 if max_pid > meta_max then
   redis.call('HSET', KEYS[3], 'max_pid', string.format('%d', max_pid))
