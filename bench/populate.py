@@ -107,6 +107,7 @@ def write_compressed(
             "batch_size": policy.batch_size,
             "max_pid": max_pid,
             "expire_cursor": policy.batch_of(max_pid) + 1,
+            "retention_s": policy.retention_s,  # the stored policy every reader applies
         },
     )
     return total
