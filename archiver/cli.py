@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ from layers.meta import is_wrong_type, wrong_type_error
 
 EXIT_NOT_FOUND = 1
 EXIT_ERROR = 2
+LOG_LEVELS = ["debug", "info", "warning", "error"]
 
 
 class CliError(Exception):
@@ -43,14 +45,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     parser = _Parser(prog="partarchive", description="Redis partition archival system")
+    parser.add_argument("--version", action="version", version=f"partarchive {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", parents=[common], help="run the archiver daemon")
     run.add_argument("--consumer", help="consumer name (default: host-pid-random)")
     run.add_argument("--claim-idle-ms", type=int, help="take over entries idle this long (default 60000)")
     run.add_argument("--read-count", type=int, help="entries per read (default 500)")
-    run.add_argument("--log-level", default="info")
-    run.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on 127.0.0.1:PORT")
+    run.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    run.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on PORT")
+    run.add_argument("--metrics-host", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)")
     run.add_argument(
         "--adopt-elk",
         action="store_true",
@@ -61,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", parents=[common], help="the query-router HTTP API and /metrics")
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8080)
-    serve.add_argument("--log-level", default="warning")
+    serve.add_argument("--log-level", default="warning", choices=LOG_LEVELS)
 
     get = sub.add_parser("get", parents=[common], help="where is partition PID")
     get.add_argument("pid", help="partition id")
@@ -148,9 +152,29 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
 
         _check_port(args.metrics_port)
         register_state_collector(client, daemon.keys)
-        start_http_server(args.metrics_port, addr="127.0.0.1")
+        try:
+            start_http_server(args.metrics_port, addr=args.metrics_host)
+        except OSError as exc:
+            where = f"{args.metrics_host}:{args.metrics_port}"
+            raise CliError(f"cannot serve metrics on {where}: {exc.strerror or exc}") from None
     daemon.run()
     return 0
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("partarchive")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _human(key: str, value: Any) -> Any:
+    """Unix times shown as UTC dates too (``--json`` keeps the plain numbers)."""
+    if (key.endswith("_at") or key == "last_heartbeat") and isinstance(value, int) and 0 < value < 2**34:
+        return f"{value} ({time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(value))})"
+    return value
 
 
 def _check_port(port: int) -> None:
@@ -188,7 +212,7 @@ def cmd_get(args: argparse.Namespace, config: Config) -> int:
         print(f"partition {pid}: {answer.status} (source: {answer.source}{', degraded' if answer.degraded else ''})")
         if answer.partition is not None:
             for key, value in answer.partition.to_dict().items():
-                print(f"  {key:15} {value}")
+                print(f"  {key:15} {_human(key, value)}")
         if answer.detail:
             print(f"  {answer.detail}")
     else:
@@ -276,48 +300,9 @@ def cmd_stats(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_dead_letters(args: argparse.Namespace, config: Config) -> int:
-    from layers import ArchiveQueue
+    from archiver.dead_letters_cli import dead_letters
 
-    queue = ArchiveQueue(connect(config.redis_url or DEFAULT_REDIS_URL), config.keys)
-    if args.dead_command == "list":
-        if not 1 <= args.limit <= 10_000:
-            raise CliError("--limit must be in 1..10000")
-        letters = queue.dead_letters(args.limit)
-        if args.json:
-            print_json(letters)
-        for d in [] if args.json else letters:
-            print(f"{d['id']}  {d['entry']}  {d['reason']}")
-        if not args.json and not letters:
-            print("no dead letters")
-        return 0
-    if args.dead_command == "show":
-        letter = queue.dead_letter_by_id(_stream_id(args.id))
-        if letter is None:
-            print(f"partarchive: no dead letter {args.id}", file=sys.stderr)
-            return EXIT_NOT_FOUND
-        print_json(letter)
-        return 0
-    if args.dead_command == "requeue":
-        if bool(args.ids) == bool(args.all):
-            raise CliError("give dead-letter ids or --all")
-        ids = [_stream_id(i) for i in args.ids] or [d["id"] for d in queue.dead_letters(10_000)]
-        requeued, skipped = queue.requeue(ids)
-        print(f"requeued {requeued}" + (f"; {skipped} skipped (gone, or not a queue entry)" if skipped else ""))
-        return 0
-    if bool(args.all) == (args.older_than is not None):
-        raise CliError("give --all or --older-than SECONDS")
-    if args.older_than is not None and args.older_than < 0:
-        raise CliError("--older-than must be >= 0")
-    older = None if args.all else int(args.older_than * 1000)
-    print(f"purged {queue.purge_dead_letters(older)} dead letters")
-    return 0
-
-
-def _stream_id(text: str) -> str:
-    ms, sep, seq = text.partition("-")
-    if not (ms.isdigit() and (not sep or seq.isdigit())):
-        raise CliError(f"not a stream entry id: {text!r}")
-    return text
+    return dead_letters(connect(config.redis_url or DEFAULT_REDIS_URL), config, args)
 
 
 def cmd_retention(args: argparse.Namespace, config: Config) -> int:

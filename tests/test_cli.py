@@ -30,6 +30,8 @@ def test_get_found_not_found_and_json(engine_url: str, real_redis: redis.Redis, 
         ["nope"],
         ["demo", "--partitions", "-1"],
         ["run", "--claim-idle-ms", "0"],
+        ["run", "--log-level", "loud"],
+        ["serve", "--log-level", "loud"],
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(engine_url: str, namespace: str, args: list[str]) -> None:
@@ -70,3 +72,22 @@ def test_demo_on_the_embedded_engine(namespace: str) -> None:
     result = run_cli("", namespace, "demo", "--partitions", "300", "--workers", "3")
     assert result.returncode == 0, result.stderr
     assert "embedded valkey-server" in result.stdout and "result                 OK" in result.stdout
+
+
+def test_version_human_times_and_a_busy_metrics_port(engine_url: str, real_redis: redis.Redis, namespace: str) -> None:
+    import socket
+
+    version = run_cli(engine_url, namespace, "--version")
+    assert version.returncode == 0 and version.stdout.startswith("partarchive 0.")
+    layer = ActiveLayer(real_redis, namespace)
+    layer.create_partitions(1, 1000, 1000)
+    layer.claim("w")
+    shown = run_cli(engine_url, namespace, "get", "1")
+    assert " UTC)" in shown.stdout and "claimed_at" in shown.stdout
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        refused = run_cli(engine_url, namespace, "run", "--metrics-port", str(port))
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in refused.stderr and "Traceback" not in refused.stderr
