@@ -18,12 +18,27 @@ from collections.abc import Callable, Sequence
 
 from codec import ArchivedPartition, ValidationError
 from layers import ArchiveLayer, CommitResult
-from layers.archive import split_counted
 from layers.meta import stored_int
 from stats.rollup import DEFAULT_RANGE_WIDTH, rollup_ops
 
 DEFAULT_FLUSH_COUNT = 100
 DEFAULT_FLUSH_INTERVAL_S = 30.0
+
+
+def split_counted(
+    entries: Sequence[tuple[str, ArchivedPartition]], already: set[int]
+) -> tuple[list[tuple[str, ArchivedPartition]], list[str]]:
+    """The entries to count (each pid once, none of ``already``) and those only to acknowledge."""
+    counted: list[tuple[str, ArchivedPartition]] = []
+    ack_only: list[str] = []
+    seen: set[int] = set()
+    for entry_id, part in entries:
+        if part.partition_id in seen or part.partition_id in already:
+            ack_only.append(entry_id)
+        else:
+            seen.add(part.partition_id)
+            counted.append((entry_id, part))
+    return counted, ack_only
 
 
 class CommitBuffer:

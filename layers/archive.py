@@ -44,22 +44,6 @@ class CommitResult:
     newly_archived: int
 
 
-def split_counted(
-    entries: Sequence[tuple[str, ArchivedPartition]], already: set[int]
-) -> tuple[list[tuple[str, ArchivedPartition]], list[str]]:
-    """The entries to count (each pid once, none of ``already``) and those only to acknowledge."""
-    counted: list[tuple[str, ArchivedPartition]] = []
-    ack_only: list[str] = []
-    seen: set[int] = set()
-    for entry_id, part in entries:
-        if part.partition_id in seen or part.partition_id in already:
-            ack_only.append(entry_id)
-        else:
-            seen.add(part.partition_id)
-            counted.append((entry_id, part))
-    return counted, ack_only
-
-
 class ArchiveLayer(BatchSealing):
     def __init__(self, redis_client: redis.Redis, keys: KeySchema, policy: TierPolicy | None = None) -> None:
         self.redis = redis_client
@@ -129,19 +113,6 @@ class ArchiveLayer(BatchSealing):
         return self._stored_batch_size
 
     # write path
-
-    def archive(self, entries: Sequence[tuple[str, ArchivedPartition]]) -> CommitResult:
-        """Write the partitions' detail, then commit them (without statistics; the archiver's
-        commit with statistics is `archiver.commit.CommitBuffer`)."""
-        self.write_detail([part for _, part in entries])
-        already: set[int] = set()
-        for _ in range(3):
-            counted, ack_only = split_counted(entries, already)
-            result = self.commit(counted, ack_only)
-            if isinstance(result, CommitResult):
-                return result
-            already.update(result)
-        raise RuntimeError("commit kept finding new duplicates; is another archiver misconfigured?")
 
     def write_detail(self, parts: Sequence[ArchivedPartition | ElkRecord]) -> Tier:
         """Store the records in the current tier (idempotent); returns that tier."""

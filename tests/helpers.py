@@ -10,7 +10,8 @@ from collections.abc import Callable
 
 import redis
 
-from layers import ActiveLayer
+from codec import ArchivedPartition
+from layers import ActiveLayer, ArchiveLayer, CommitResult
 
 
 def complete_partitions(client: redis.Redis, namespace: str, count: int, worker: str = "w") -> list[int]:
@@ -21,6 +22,21 @@ def complete_partitions(client: redis.Redis, namespace: str, count: int, worker:
         assert part is not None
         layer.complete(part.partition_id, worker)
     return pids
+
+
+def archive_now(layer: ArchiveLayer, entries: list[tuple[str, ArchivedPartition]]) -> CommitResult:
+    """Write the entries' detail and commit them (index bits, acknowledgement) without statistics:
+    for tests of the storage alone, where an expired partition has no rollup to fall back on."""
+    from archiver.commit import split_counted
+
+    layer.write_detail([part for _, part in entries])
+    already: set[int] = set()
+    while True:
+        counted, ack_only = split_counted(entries, already)
+        result = layer.commit(counted, ack_only)
+        if isinstance(result, CommitResult):
+            return result
+        already.update(result)
 
 
 def cli_env(url: str, namespace: str, **extra: str) -> dict[str, str]:

@@ -13,7 +13,7 @@ from archiver import ArchiverDaemon, Config
 from archiver.daemon import drain
 from codec import ArchivedPartition
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema
-from tests.helpers import complete_partitions, start_archiver, wait_for
+from tests.helpers import archive_now, complete_partitions, start_archiver, wait_for
 
 
 def _daemon(client: redis.Redis, namespace: str, **kw: object) -> ArchiverDaemon:
@@ -78,8 +78,8 @@ def test_archiving_a_redelivered_entry_is_idempotent(real_redis: redis.Redis, na
     entries = queue.read_new("a", 10, 10)
     archive = ArchiveLayer(real_redis, keys)
     parts = [(e.entry_id, ArchivedPartition.from_json(e.payload)) for e in entries]
-    archive.archive(parts)
-    archive.archive(parts)
+    archive_now(archive, parts)
+    archive_now(archive, parts)
     assert archive.simple_size() == 5 and archive.archived_total() == 5
     assert real_redis.xlen(keys.queue) == 0
 

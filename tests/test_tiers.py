@@ -13,7 +13,7 @@ from archiver.daemon import drain
 from codec import ArchivedPartition, ValidationError
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, Tier, TierPolicy, migrate_step
 from tests.conftest import delete_namespace
-from tests.helpers import complete_partitions
+from tests.helpers import archive_now, complete_partitions
 
 NOW = int(time.time())
 
@@ -32,7 +32,7 @@ def archive_layer(client: redis.Redis, namespace: str, **policy: object) -> Arch
 
 
 def store(layer: ArchiveLayer, records: list[ArchivedPartition]) -> None:
-    layer.archive([(f"0-{r.partition_id}", r) for r in records])
+    archive_now(layer, [(f"0-{r.partition_id}", r) for r in records])
 
 
 def router(client: redis.Redis, namespace: str, layer: ArchiveLayer) -> QueryRouter:

@@ -15,7 +15,7 @@ from layers import ArchiveLayer, ArchiveQueue, KeySchema, Tier, TierPolicy, migr
 from layers.maintenance import MaintenanceLock
 from layers.transitions import transition_state
 from stats import StatsChecker, StatsReader
-from tests.helpers import complete_partitions, start_archiver, wait_for
+from tests.helpers import archive_now, complete_partitions, start_archiver, wait_for
 
 NOW = int(time.time())
 
@@ -189,7 +189,7 @@ def test_retention_changed_at_run_time(real_redis: redis.Redis, namespace: str) 
     keys = KeySchema(namespace)
     layer = ArchiveLayer(real_redis, keys, TierPolicy(compressed_from=0, summary_above=0, retention_s=3 * 3600))
     ArchiveQueue(real_redis, keys).ensure_group()
-    layer.archive([(f"0-{p.partition_id}", p) for p in records(1, 299, completed_at=NOW - 7200)])
+    archive_now(layer, [(f"0-{p.partition_id}", p) for p in records(1, 299, completed_at=NOW - 7200)])
     layer.seal_all()
     assert layer.tier() is Tier.SUMMARY
     while migrate_step(layer):  # batches sealed while the tier was still compressed join the expiry index
