@@ -150,6 +150,24 @@ class GoTime(NamedTuple):
             raise DecodeError("a time must be an RFC 3339 string")
         return cls._parse_slow(text)
 
+    @staticmethod
+    def seconds_of(text: str) -> int | None:
+        """The Unix seconds of a time in the canonical shape `parse` takes apart by position, or
+        None for anything else (`parse` then says what is wrong). Skips building the value: for
+        the bulk import, which needs two instants and the validity of a third per record."""
+        if len(text) < 20 or text[10] != "T":
+            return None
+        if text[-1] == "Z":
+            offset, frac = 0, text[19:-1]
+        else:
+            offset, frac = _ZONES[text[-6:]], text[19:-6]
+        days, clock = _DATE_DAYS[text[:10]], _CLOCKS[text[11:19]]
+        if offset is None or days is None or clock is None:
+            return None
+        if frac and not (frac[0] == "." and 1 < len(frac) <= 10 and frac.isascii() and frac[1:].isdigit()):
+            return None
+        return days * 86400 + clock - offset
+
     @classmethod
     def _parse_slow(cls, text: str) -> GoTime:
         match = _RFC3339.fullmatch(text)

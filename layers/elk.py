@@ -24,7 +24,7 @@ import orjson
 import redis
 
 from codec import ArchivedPartition, DecodeError, ValidationError
-from codec.elk import ElkRecord, ElkWorker, decode_elk, decode_elk_worker
+from codec.elk import ElkRecord, ElkWorker, completed_as_archived, decode_elk, decode_elk_worker
 from codec.elk_batch import ElkBatchEntry, decode_elk_batch
 from codec.gojson import GoTime
 from layers.active import MAX_PARTITION_ID
@@ -188,7 +188,16 @@ class ElkSource:
         order; without ``keep_detail`` the items carry only the archived fields (a bulk import into
         a batch tier keeps nothing else)."""
         key = self.keys.partitions if source == "active" else self.keys.archived
+        new = tuple.__new__
         for fld, raw in self.in_pid_order(key):
+            if not keep_detail:
+                try:
+                    archived = completed_as_archived(orjson.loads(raw))
+                except orjson.JSONDecodeError:
+                    archived = None
+                if archived is not None and archived.partition_id <= MAX_PARTITION_ID:
+                    yield new(Item, (None, archived, source, fld, b"", None))
+                    continue
             try:
                 rec = decode_elk(raw)
             except DecodeError as exc:

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from codec import ArchivedPartition, DecodeError
-from codec.elk import ElkRecord, archived_as_elk, decode_elk, encode_elk, parse_archived
+from codec.elk import ElkRecord, archived_as_elk, completed_as_archived, decode_elk, encode_elk, parse_archived
 from codec.elk_batch import decode_elk_batch, encode_elk_batch
 from codec.gojson import ZERO_TIME, GoTime, go_json, go_string
 
@@ -213,6 +213,38 @@ def test_any_go_record_round_trips(rec: ElkRecord) -> None:
 @given(go_times)
 def test_any_go_time_round_trips(t: GoTime) -> None:
     assert GoTime.parse(t.format()) == t
+
+
+@given(go_times, st.sampled_from(["", "x", "T", "+08", "Z", "0Z", ".Z", ",5Z", " "]), st.integers(0, 34))
+def test_the_seconds_shortcut_agrees_with_the_parser(t: GoTime, noise: str, at: int) -> None:
+    for text in (t.format(), t.format()[:at] + noise + t.format()[at:]):
+        try:
+            expected: int | None = GoTime.parse(text).seconds
+        except DecodeError:
+            expected = None
+        got = GoTime.seconds_of(text)
+        assert got is None or got == expected  # None only sends the text to the parser
+
+
+@given(go_records.filter(_no_surrogates), st.booleans())
+def test_the_bulk_import_shortcut_agrees_with_the_general_path(rec: ElkRecord, completed: bool) -> None:
+    if completed:
+        rec = rec._replace(status="completed", worker_id=rec.worker_id or "w", partition_id=rec.partition_id & 0xFFFF)
+    data = orjson.loads(encode_elk(rec))
+    got = completed_as_archived(data)
+    if got is None:
+        return
+    assert rec.status == "completed"
+    assert got == decode_elk(encode_elk(rec)).to_archived()
+
+
+def test_the_bulk_import_shortcut_takes_what_go_writes() -> None:
+    rec = ElkRecord(7, -(2**63), 2**63 - 1, "w1", GoTime(1_751_700_000, 5, 3600), "completed",
+                    GoTime(1_751_700_100, 7, 3600), None, 3, "", GoTime(1_751_700_000, 1, -3600))
+    got = completed_as_archived(orjson.loads(encode_elk(rec)))
+    assert got == ArchivedPartition(7, -(2**63), 2**63 - 1, "w1", 1_751_700_100, 100)
+    for other in (rec._replace(status="running"), rec._replace(created_at=ZERO_TIME), rec._replace(min_id=5, max_id=4)):
+        assert completed_as_archived(orjson.loads(encode_elk(other))) is None
 
 
 @given(st.lists(go_records.filter(_no_surrogates), min_size=1, max_size=8), st.integers(1, 65535))
