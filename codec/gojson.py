@@ -157,6 +157,7 @@ class GoTime(NamedTuple):
         the bulk import, which needs two instants and the validity of a third per record."""
         if len(text) < 20 or text[10] != "T":
             return None
+        offset: int | None
         if text[-1] == "Z":
             offset, frac = 0, text[19:-1]
         else:
