@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import orjson
 import redis
@@ -92,6 +94,11 @@ class MigrationReport:
         }
 
 
+class _Imported(NamedTuple):
+    imported: int  # by this call
+    already: int  # found in the index
+
+
 @contextmanager
 def _no_cyclic_gc() -> Iterator[None]:
     enabled = gc.isenabled()
@@ -118,9 +125,7 @@ class ElkMigration:
         self.keys = config.keys
         self.source = ElkSource(client, key_prefix)
         self.archive = Namespace(client, config).archive
-        self.stats = CommitBuffer(  # flushed by `_import`, one commit per chunk
-            self.archive, flush_count=2**62, flush_interval_s=3600, range_width=config.stats_range_width
-        )
+        self._buffers = threading.local()  # one CommitBuffer per importing thread
 
     def _items(self, source: str, keep_detail: bool = True) -> Iterator[Item | Rejected]:
         if source == "batch":
@@ -143,10 +148,14 @@ class ElkMigration:
         batched = self.config.policy.tier_for(projected) is not Tier.SIMPLE or self.archive.tier() is not Tier.SIMPLE
         with _no_cyclic_gc():  # millions of small tuples, none in a cycle: the collector would only rescan them
             found = self._collect(report, keep_detail=not batched)
-            for chunk in self._batch_aligned(sorted(found)):
-                self._import([found.pop(pid) for pid in chunk], report, batched=batched)
+            chunks = (
+                [found.pop(pid) for pid in chunk] for chunk in self._batch_aligned(sorted(found))
+            )
+            for done in self._in_two_threads(chunks, batched):
+                report.already += done.already
+                report.imported += done.imported
                 if progress:
-                    progress(len(chunk))
+                    progress(done.already + done.imported)
         if batched:
             self.archive.seal_all()  # what an interrupted earlier run left staged
         report.import_s = round(time.monotonic() - importing, 3)
@@ -188,12 +197,36 @@ class ElkMigration:
             yield pids[start:end]
             start = end
 
-    def _import(self, items: list[Item], report: MigrationReport, *, batched: bool) -> list[Item]:
+    def _in_two_threads(self, chunks: Iterator[list[Item]], batched: bool) -> Iterator[_Imported]:
+        """Import the chunks, two at a time: while one waits for Redis the other runs.
+
+        Chunks hold disjoint ids and whole batches, so they are independent: like two
+        archivers, each writes its detail, then commits (statistics are counted in the
+        commit script, atomically). Results come back in chunk order; the first failure is
+        raised once the chunk in flight beside it has finished.
+        """
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="partarchive-import") as pool:
+            inflight: deque[Future[_Imported]] = deque()
+            for items in chunks:
+                inflight.append(pool.submit(self._import, items, batched=batched))
+                if len(inflight) == 2:
+                    yield inflight.popleft().result()
+            while inflight:
+                yield inflight.popleft().result()
+
+    def _commit_buffer(self) -> CommitBuffer:
+        buffer: CommitBuffer | None = getattr(self._buffers, "buffer", None)
+        if buffer is None:  # flushed by `_import`, one commit per chunk
+            buffer = self._buffers.buffer = CommitBuffer(
+                self.archive, flush_count=2**62, flush_interval_s=3600, range_width=self.config.stats_range_width
+            )
+        return buffer
+
+    def _import(self, items: list[Item], *, batched: bool) -> _Imported:
         """Write the detail of the items not in the index yet, then commit them (index bits and
-        statistics in one script). Returns the items now archived (imported here or before)."""
+        statistics in one script). Afterwards every item is archived, here or before."""
         bits = self.archive.indexed([it.archived.partition_id for it in items])
         new = [it for it, bit in zip(items, bits, strict=True) if not bit]
-        report.already += len(items) - len(new)
         if new:
             if batched:
                 by_batch: dict[int, list[ArchivedPartition]] = {}
@@ -207,13 +240,13 @@ class ElkMigration:
                 self.archive.write_detail([it.record or it.archived for it in new])
             if self._pause_before_commit_s:  # fault injection for the crash tests
                 time.sleep(self._pause_before_commit_s)
-            self.stats.add([("-", it.archived) for it in new])
-            self.stats.flush()
-            report.imported += len(new)
+            stats = self._commit_buffer()
+            stats.add([("-", it.archived) for it in new])
+            stats.flush()
             flags = {str(it.archived.partition_id): it.flag for it in new if it.flag}
             if flags:
                 self.redis.hset(self.keys.migrate_flags, mapping=flags)  # type: ignore[arg-type]
-        return items
+        return _Imported(len(new), len(items) - len(new))
 
     def verify(self, report: MigrationReport) -> int:
         """Second pass over the sources: how many completed source records have their index bit set."""
@@ -266,7 +299,10 @@ class ElkMigration:
                         items.append(got)
                         report.found[source] += 1
                 # the active hash, then elk_archived: a copy already archived is only acknowledged
-                items = self._import(items, report, batched=False) if items else []
+                if items:
+                    done = self._import(items, batched=False)
+                    report.imported += done.imported
+                    report.already += done.already
                 if source == "batch":
                     continue
                 bits = self.archive.indexed([it.archived.partition_id for it in items])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -24,6 +25,7 @@ class WorkerRegistry:
         self.generation: str | None = None  # of the registry ``map`` was read from (see register_workers.lua)
         self._scripts = Scripts.of(redis_client)
         self.round_trips = 0
+        self._lock = threading.RLock()  # a bulk import registers from two threads
 
     def register(self, worker_ids: Iterable[str], *, verify: bool = True) -> WorkerMap:
         """Make sure every worker has a number (assigned atomically in Redis); returns the local map.
@@ -35,6 +37,10 @@ class WorkerRegistry:
         wanted = sorted(set(worker_ids))
         for w in wanted:
             check_worker_id(w)
+        with self._lock:
+            return self._register(wanted, verify)
+
+    def _register(self, wanted: list[str], verify: bool) -> WorkerMap:
         known = [w for w in wanted if w in self.map]
         if verify and known:
             self.round_trips += 1
@@ -61,11 +67,16 @@ class WorkerRegistry:
 
     def reload(self) -> WorkerMap:
         """Forget the local numbering and read Redis's."""
-        self.map = WorkerMap()
-        return self.refresh()
+        with self._lock:
+            self.map = WorkerMap()
+            return self._refresh()
 
     def refresh(self) -> WorkerMap:
         """Reload every pair from Redis (after another process registered workers)."""
+        with self._lock:
+            return self._refresh()
+
+    def _refresh(self) -> WorkerMap:
         pipe = self.redis.pipeline(transaction=False)
         pipe.hget(self.keys.workers, "")
         pipe.hgetall(self.keys.workers_by_short)

@@ -8,9 +8,11 @@ beside them. Aggregating here first is what keeps a flush to one round trip.
 from __future__ import annotations
 
 import datetime as dt
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from functools import lru_cache
+from itertools import groupby
+from operator import sub
 
 from codec import ArchivedPartition
 from layers import KeySchema
@@ -63,86 +65,82 @@ def add_partitions(
     data), read back with ``rpartition(":")``, so a worker ID holding ``:`` is still
     unambiguous, and no worker registry round trip is needed to count.
 
-    The partitions are first summed in plain local tables (one pass, a few dict updates per
-    partition) and only the sums go to the builder: this runs for every archived partition.
+    This runs for every archived partition, so it works on columns: sums, minima, maxima and
+    counts are taken by builtins over each run of partitions in one statistics range (one run
+    per range when the ids come sorted), and only the per-(range, worker) sums are a loop.
     """
     if not parts:
         return
-    workers: dict[str, list[int]] = {}
+    pids, los, his, workers, ats, durations = zip(*parts, strict=True)
+    spans = list(map(sub, his, los))  # processed data is span + 1 per partition
+    r_nos = [pid // range_width for pid in pids]
     ranges: dict[int, list[int]] = {}
+    at = 0
+    for r_no, run in groupby(r_nos):
+        end = at + len(list(run))
+        stats = [
+            end - at,
+            sum(spans[at:end]),
+            sum(durations[at:end]),
+            min(los[at:end]),
+            max(his[at:end]),
+            min(ats[at:end]),
+            max(ats[at:end]),
+        ]
+        known = ranges.get(r_no)
+        if known is None:
+            ranges[r_no] = stats
+        else:  # the ids were not sorted: the range had a run before
+            known[:3] = [a + b for a, b in zip(known[:3], stats[:3], strict=True)]
+            known[3:] = [
+                min(known[3], stats[3]),
+                max(known[4], stats[4]),
+                min(known[5], stats[5]),
+                max(known[6], stats[6]),
+            ]
+        at = end
     range_workers: dict[tuple[int, str], list[int]] = {}
-    hours: dict[int, int] = defaultdict(int)
-    day_workers: dict[tuple[int, str], int] = defaultdict(int)
-    processed = duration_sum = 0
-    first_at = last_at = parts[0].completed_at
-    for pid, lo, hi, worker, at, duration in parts:
-        data = hi - lo + 1
-        processed += data
-        duration_sum += duration
-        if at > last_at:
-            last_at = at
-        elif at < first_at:
-            first_at = at
-        w = workers.get(worker)
-        if w is None:
-            workers[worker] = [1, duration, data]
-        else:
-            w[0] += 1
-            w[1] += duration
-            w[2] += data
-        r_no = pid // range_width
-        r = ranges.get(r_no)
-        if r is None:
-            ranges[r_no] = [1, data, duration, lo, hi, at, at]
-        else:
-            r[0] += 1
-            r[1] += data
-            r[2] += duration
-            if lo < r[3]:
-                r[3] = lo
-            if hi > r[4]:
-                r[4] = hi
-            if at < r[5]:
-                r[5] = at
-            if at > r[6]:
-                r[6] = at
-        rw = range_workers.get((r_no, worker))
+    for key, duration, span in zip(zip(r_nos, workers, strict=True), durations, spans, strict=True):
+        rw = range_workers.get(key)
         if rw is None:
-            range_workers[(r_no, worker)] = [1, duration, data]
+            range_workers[key] = [1, duration, span]
         else:
             rw[0] += 1
             rw[1] += duration
-            rw[2] += data
-        hour = at // 3600
-        hours[hour] += 1
-        day_workers[(hour // 24, worker)] += 1
-    g = keys.stats_global
-    builder.add(g, "completed", len(parts))
-    builder.add(g, "processed", processed)
-    builder.add(g, "duration", duration_sum)
-    builder.keep_max(g, "last_completed_at", last_at)
-    builder.keep_min(g, "first_completed_at", first_at)
-    for worker, (c, d, p) in workers.items():
-        builder.add(keys.stats_workers, f"{worker}:c", c)
-        builder.add(keys.stats_workers, f"{worker}:d", d)
-        builder.add(keys.stats_workers, f"{worker}:p", p)
+            rw[2] += span
+    workers_total: dict[str, list[int]] = {}
     for (r_no, worker), (c, d, p) in range_workers.items():
         key = keys.stats_range(r_no)
         builder.add(key, f"{worker}:c", c)
         builder.add(key, f"{worker}:d", d)
-        builder.add(key, f"{worker}:p", p)
-    for r_no, (count, data, duration, lo, hi, first, last) in ranges.items():
+        builder.add(key, f"{worker}:p", p + c)
+        total = workers_total.setdefault(worker, [0, 0, 0])
+        total[0] += c
+        total[1] += d
+        total[2] += p + c
+    g = keys.stats_global
+    builder.add(g, "completed", len(parts))
+    builder.add(g, "processed", sum(spans) + len(parts))
+    builder.add(g, "duration", sum(durations))
+    builder.keep_max(g, "last_completed_at", max(ats))
+    builder.keep_min(g, "first_completed_at", min(ats))
+    for worker, (c, d, p) in workers_total.items():
+        builder.add(keys.stats_workers, f"{worker}:c", c)
+        builder.add(keys.stats_workers, f"{worker}:d", d)
+        builder.add(keys.stats_workers, f"{worker}:p", p)
+    for r_no, (count, span, duration, lo, hi, first, last) in ranges.items():
         key = keys.stats_range(r_no)
         builder.add(key, "count", count)
-        builder.add(key, "data", data)
+        builder.add(key, "data", span + count)
         builder.add(key, "duration", duration)
         builder.keep_min(key, "min_id", lo)
         builder.keep_max(key, "max_id", hi)
         builder.keep_min(key, "first_at", first)
         builder.keep_max(key, "last_at", last)
-    for hour, n in hours.items():
+    hours = [t // 3600 for t in ats]
+    for hour, n in Counter(hours).items():
         builder.add(keys.stats_day(_day_name(hour // 24)), f"h{hour % 24:02d}", n)
-    for (day, worker), n in day_workers.items():
+    for (day, worker), n in Counter(zip([h // 24 for h in hours], workers, strict=True)).items():
         builder.add(keys.stats_day(_day_name(day)), f"w:{worker}", n)
 
 
