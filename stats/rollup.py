@@ -100,10 +100,10 @@ def add_partitions(
             ]
         at = end
     range_workers: dict[tuple[int, str], list[int]] = {}
-    for key, duration, span in zip(zip(r_nos, workers, strict=True), durations, spans, strict=True):
-        rw = range_workers.get(key)
+    for rw_key, duration, span in zip(zip(r_nos, workers, strict=True), durations, spans, strict=True):
+        rw = range_workers.get(rw_key)
         if rw is None:
-            range_workers[key] = [1, duration, span]
+            range_workers[rw_key] = [1, duration, span]
         else:
             rw[0] += 1
             rw[1] += duration
