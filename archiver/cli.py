@@ -10,6 +10,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import redis
@@ -18,6 +19,7 @@ from archiver.config import DEFAULT_REDIS_URL, Config
 from archiver.engine import connect, open_engine, redact_url
 from archiver.output import print_json
 from codec.errors import PartArchiveError
+from layers.keys import check_namespace
 from layers.meta import is_wrong_type, wrong_type_error
 
 EXIT_NOT_FOUND = 1
@@ -37,8 +39,15 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     common.add_argument("--redis-url", help="Redis URL (default: $REDIS_URL)")
-    common.add_argument("--namespace", help="key namespace (default: elk, or $PARTARCHIVE_NAMESPACE)")
-    common.add_argument("--cluster", action="store_true", default=None, help="hash-tag keys for Redis Cluster")
+    common.add_argument(
+        "--namespace", help="key namespace (default: elk, or $PARTARCHIVE_NAMESPACE); run takes several: a,b,c"
+    )
+    common.add_argument(
+        "--cluster",
+        action="store_true",
+        default=None,
+        help="Redis Cluster: a cluster client and hash-tagged keys (demo without --redis-url starts a local cluster)",
+    )
     common.add_argument(
         "--elk-prefix",
         help="bind the namespace to the elk_coordinator deployment with this KeyPrefix ($PARTARCHIVE_ELK_PREFIX)",
@@ -50,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", parents=[common], help="run the archiver daemon")
     run.add_argument("--consumer", help="consumer name (default: host-pid-random)")
+    run.add_argument("--processes", type=int, default=1, help="run N archiver processes under a supervisor (default 1)")
     run.add_argument("--claim-idle-ms", type=int, help="take over entries idle this long (default 60000)")
     run.add_argument("--read-count", type=int, help="entries per read (default 500)")
     run.add_argument("--log-level", default="info", choices=LOG_LEVELS)
@@ -126,10 +136,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _namespaces(args: argparse.Namespace) -> list[str]:
+    """The namespaces ``run`` serves: ``--namespace`` (or $PARTARCHIVE_NAMESPACE) split on commas."""
+    raw = args.namespace if args.namespace is not None else os.environ.get("PARTARCHIVE_NAMESPACE")
+    if raw is None or "," not in raw:
+        return [raw] if raw else []
+    if args.command != "run":
+        raise CliError(f"{args.command} takes one namespace; only run serves several (a,b,c)")
+    names = [check_namespace(n.strip()) for n in raw.split(",")]
+    if len(set(names)) != len(names):
+        raise CliError(f"a namespace is named twice in {raw!r}")
+    return names
+
+
 def _config(args: argparse.Namespace) -> Config:
+    args.namespaces = _namespaces(args)
     return Config.from_env(
         redis_url=args.redis_url,
-        namespace=args.namespace,
+        namespace=args.namespaces[0] if args.namespaces else None,
         cluster=args.cluster,
         claim_idle_ms=getattr(args, "claim_idle_ms", None),
         read_count=getattr(args, "read_count", None),
@@ -138,12 +162,35 @@ def _config(args: argparse.Namespace) -> Config:
     )
 
 
+def _client(config: Config) -> redis.Redis:
+    return connect(config.redis_url or DEFAULT_REDIS_URL, cluster=config.cluster)
+
+
 def cmd_run(args: argparse.Namespace, config: Config) -> int:
     from archiver.daemon import ArchiverDaemon
     from archiver.logs import configure_logging
 
     configure_logging(args.log_level)
-    client = connect(config.redis_url or DEFAULT_REDIS_URL)
+    if not 1 <= args.processes <= 64:
+        raise CliError("--processes must be in 1..64")
+    if args.processes > 1:
+        from archiver.supervisor import Supervisor, child_commands
+
+        if args.consumer:
+            raise CliError("--consumer names one process: with --processes each child names itself")
+        if args.metrics_port is not None:
+            _check_port(args.metrics_port + args.processes - 1)
+        commands = child_commands(args.argv, args.processes, args.metrics_port)
+        return Supervisor(commands, config.drain_timeout_s).run()
+    client = _client(config)
+    if len(args.namespaces) > 1:
+        from archiver.multi import MultiArchiver
+
+        if args.metrics_port is not None:
+            raise CliError("--metrics-port reports one namespace: serve it per namespace (partarchive serve)")
+        configs = [replace(config, namespace=name) for name in args.namespaces]
+        MultiArchiver(client, configs, consumer=args.consumer).run()
+        return 0
     daemon = ArchiverDaemon(client, config, consumer=args.consumer)
     if args.metrics_port is not None:
         from prometheus_client import start_http_server
@@ -190,7 +237,7 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
 
     _check_port(args.port)
     configure_logging(args.log_level)
-    client = connect(config.redis_url or DEFAULT_REDIS_URL)
+    client = _client(config)
     uvicorn.run(create_app(client, config), host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     return 0
 
@@ -203,7 +250,7 @@ def cmd_get(args: argparse.Namespace, config: Config) -> int:
         pid = int(args.pid)
     except ValueError:
         raise CliError(f"partition id must be an integer, got {args.pid!r}") from None
-    client = connect(config.redis_url or DEFAULT_REDIS_URL)
+    client = _client(config)
     ns = Namespace(client, config)
     answer = QueryRouter(client, ns.keys, archive=ns.archive, summary_lookup=ns.stats.range_summary).get(pid)
     if args.json:
@@ -223,7 +270,7 @@ def cmd_get(args: argparse.Namespace, config: Config) -> int:
 def cmd_status(args: argparse.Namespace, config: Config) -> int:
     from archiver.status import collect_status, format_status
 
-    client = connect(config.redis_url or DEFAULT_REDIS_URL)
+    client = _client(config)
     report = collect_status(client, config)
     if args.json:
         print_json(report)
@@ -236,7 +283,7 @@ def cmd_archivers(args: argparse.Namespace, config: Config) -> int:
     from archiver.namespace import Namespace
     from archiver.status import format_archivers
 
-    ns = Namespace(connect(config.redis_url or DEFAULT_REDIS_URL), config)
+    ns = Namespace(_client(config), config)
     found = ns.liveness.archivers(include_dead=args.all)
     if args.json:
         print_json([h.to_dict() for h in found])
@@ -255,8 +302,10 @@ def cmd_demo(args: argparse.Namespace, config: Config) -> int:
         raise CliError("--partitions must be in 0..1000000")
     if not 1 <= args.workers <= 256:
         raise CliError("--workers must be in 1..256")
-    with open_engine(config.redis_url) as engine:
-        where = "embedded valkey-server" if engine.embedded else redact_url(engine.url)
+    with open_engine(config.redis_url, cluster=config.cluster) as engine:
+        where = redact_url(engine.url)
+        if engine.embedded:
+            where = "a local cluster of 3 valkey-servers" if config.cluster else "embedded valkey-server"
         if not args.json:
             print(f"engine: {where}; {args.partitions} partitions, {args.workers} workers")
         report = run_demo(
@@ -291,7 +340,7 @@ def cmd_demo(args: argparse.Namespace, config: Config) -> int:
 def cmd_stats(args: argparse.Namespace, config: Config) -> int:
     from archiver.stats_cli import show_stats, verify_stats
 
-    client = connect(config.redis_url or DEFAULT_REDIS_URL)
+    client = _client(config)
     if args.action == "verify":
         return verify_stats(client, config, repair=args.repair, as_json=args.json)
     if args.repair:
@@ -302,13 +351,13 @@ def cmd_stats(args: argparse.Namespace, config: Config) -> int:
 def cmd_dead_letters(args: argparse.Namespace, config: Config) -> int:
     from archiver.dead_letters_cli import dead_letters
 
-    return dead_letters(connect(config.redis_url or DEFAULT_REDIS_URL), config, args)
+    return dead_letters(_client(config), config, args)
 
 
 def cmd_retention(args: argparse.Namespace, config: Config) -> int:
     from archiver.namespace import Namespace
 
-    archive = Namespace(connect(config.redis_url or DEFAULT_REDIS_URL), config).archive
+    archive = Namespace(_client(config), config).archive
     if args.seconds is None:
         print(f"retention {archive.retention_s()} s (summary tier: detail kept this long after completion)")
     else:
@@ -319,14 +368,14 @@ def cmd_retention(args: argparse.Namespace, config: Config) -> int:
 def cmd_migrate(args: argparse.Namespace, config: Config) -> int:
     from archiver.migrate_cli import migrate_from_elk
 
-    client = connect(config.redis_url or DEFAULT_REDIS_URL)
+    client = _client(config)
     return migrate_from_elk(client, config, args)
 
 
 def cmd_export(args: argparse.Namespace, config: Config) -> int:
     from archiver.migrate_cli import export
 
-    client = connect(config.redis_url or DEFAULT_REDIS_URL)
+    client = _client(config)
     return export(client, config, fmt=args.fmt, output=args.output, into_hash=args.into_hash)
 
 
@@ -349,6 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config: Config | None = None
     try:
         args = build_parser().parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)
         config = _config(args)
         return COMMANDS[args.command](args, config)
     except CliError as exc:
@@ -359,7 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except redis.RedisError as exc:
         if is_wrong_type(exc) and config is not None:
-            typed = wrong_type_error(connect(config.redis_url or DEFAULT_REDIS_URL), config.keys)
+            typed = wrong_type_error(_client(config), config.keys)
             print(f"partarchive: error: {typed}", file=sys.stderr)
         else:
             print(f"partarchive: redis error: {exc}", file=sys.stderr)

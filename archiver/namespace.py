@@ -8,6 +8,7 @@ its own.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cached_property
 
 import redis
@@ -22,6 +23,8 @@ from stats import StatsCompactor, StatsReader
 
 class Namespace:
     def __init__(self, client: redis.Redis, config: Config) -> None:
+        if isinstance(client, redis.RedisCluster) and not config.cluster:
+            config = replace(config, cluster=True)  # a cluster client needs hash-tagged keys
         self.redis = client
         self.config = config
         self.keys: KeySchema = config.keys

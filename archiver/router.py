@@ -90,7 +90,7 @@ class QueryRouter:
         archive: ArchiveLayer | None = None,
     ) -> None:
         self.redis = redis_client
-        self.keys = KeySchema.of(namespace, cluster)
+        self.keys = KeySchema.of(namespace, cluster, client=redis_client)
         self.archive = archive or ArchiveLayer(redis_client, self.keys, policy)
         if summary_lookup is None:
             summary_lookup = StatsReader(redis_client, self.keys).range_summary

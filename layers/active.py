@@ -93,7 +93,7 @@ class ActiveLayer:
         record_format: str | None = None,
     ) -> None:
         self.redis = redis_client
-        self.keys = KeySchema.of(namespace, cluster, elk_prefix)
+        self.keys = KeySchema.of(namespace, cluster, elk_prefix, client=redis_client)
         if not lease_timeout > 0:
             raise ValidationError("lease_timeout must be positive")
         if record_format is None:

@@ -47,7 +47,7 @@ class CommitResult:
 class ArchiveLayer(BatchSealing):
     def __init__(self, redis_client: redis.Redis, keys: KeySchema, policy: TierPolicy | None = None) -> None:
         self.redis = redis_client
-        self.keys = keys
+        self.keys = KeySchema.of(keys, client=redis_client)
         self.policy = policy or TierPolicy()
         self.workers = WorkerRegistry(redis_client, keys)
         self._scripts = Scripts.of(redis_client)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import redis
+
 from codec.errors import ValidationError
 
 ARCHIVER_GROUP = "archivers"
@@ -109,9 +111,23 @@ class KeySchema:
                 )
 
     @classmethod
-    def of(cls, namespace: str | KeySchema, cluster: bool = False, elk_prefix: str | None = None) -> KeySchema:
-        """``namespace`` as a schema: a `KeySchema` passes through, a name is built into one."""
-        return namespace if isinstance(namespace, KeySchema) else cls(namespace, cluster, elk_prefix)
+    def of(
+        cls, namespace: str | KeySchema, cluster: bool = False, elk_prefix: str | None = None, *, client: object = None
+    ) -> KeySchema:
+        """``namespace`` as a schema: a `KeySchema` passes through, a name is built into one.
+
+        With a Redis Cluster ``client`` a name always gets hash-tagged keys, and a schema without
+        them is refused: the scripts' keys would land in different slots.
+        """
+        on_cluster = isinstance(client, redis.RedisCluster)
+        if not isinstance(namespace, KeySchema):
+            return cls(namespace, cluster or on_cluster, elk_prefix)
+        if on_cluster and not namespace.cluster:
+            raise ValidationError(
+                f"namespace {namespace.namespace!r} is used on Redis Cluster without hash-tagged keys: "
+                "set --cluster (PARTARCHIVE_CLUSTER=1)"
+            )
+        return namespace
 
     @property
     def elk(self) -> ElkKeys | None:

@@ -75,7 +75,7 @@ def oldest_pending_age(summary: Any) -> float:
 class ArchiveQueue:
     def __init__(self, redis_client: redis.Redis, keys: KeySchema) -> None:
         self.redis = redis_client
-        self.keys = keys
+        self.keys = KeySchema.of(keys, client=redis_client)
         self.group = ARCHIVER_GROUP
         self._scripts = Scripts.of(redis_client)
         self._claim_cursor = "0-0"
@@ -90,7 +90,10 @@ class ArchiveQueue:
                 raise
 
     def read_new(self, consumer: str, count: int, block_ms: int) -> list[QueueEntry]:
-        reply: Any = self.redis.xreadgroup(self.group, consumer, {self.keys.queue: ">"}, count=count, block=block_ms)
+        """Entries never delivered, waiting up to ``block_ms`` for one (0: not at all; Redis's
+        own BLOCK 0 would wait forever)."""
+        block = block_ms if block_ms > 0 else None
+        reply: Any = self.redis.xreadgroup(self.group, consumer, {self.keys.queue: ">"}, count=count, block=block)
         return _entries(reply[0][1]) if reply else []
 
     def read_own_pending(self, consumer: str, count: int) -> list[QueueEntry]:

@@ -52,6 +52,12 @@ class Scripts:
             self._registered[name] = script
         return script(keys=keys, args=args, client=client)
 
-    def on(self, pipe: Any, name: str, keys: list[str], args: list[Any]) -> None:
-        """Queue the script on a pipeline (loaded, if missing, when the pipeline executes)."""
-        self(name, keys, args, client=pipe)
+    def run_many(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any]:
+        """Run several scripts in one round trip (a pipeline), or one by one on Redis Cluster,
+        whose client refuses scripts in pipelines (their keys may live on different nodes)."""
+        if isinstance(self._client, redis.RedisCluster):
+            return [self(name, keys, args) for name, keys, args in calls]
+        pipe = self._client.pipeline(transaction=False)
+        for name, keys, args in calls:
+            self(name, keys, args, client=pipe)
+        return pipe.execute()  # type: ignore[no-any-return]

@@ -184,11 +184,13 @@ class BatchSealing:
         refused (open-batch set, byte counters, expiry index) in another; returns the sealed."""
         if not writes:
             return set()
-        pipe = self.redis.pipeline(transaction=False)
-        for w in writes:
-            keys = [self.keys.batch(w.batch_no), self.keys.staging(w.batch_no)]
-            self._scripts.on(pipe, "seal", keys, [w.digest, w.staged, w.blob])
-        done = [w for w, ok in zip(writes, pipe.execute(), strict=True) if int(ok)]
+        replies = self._scripts.run_many(
+            [
+                ("seal", [self.keys.batch(w.batch_no), self.keys.staging(w.batch_no)], [w.digest, w.staged, w.blob])
+                for w in writes
+            ]
+        )
+        done = [w for w, ok in zip(writes, replies, strict=True) if int(ok)]
         if not done:
             return set()
         for w in done:

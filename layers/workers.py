@@ -20,7 +20,7 @@ class WorkerRegistry:
 
     def __init__(self, redis_client: redis.Redis, keys: KeySchema) -> None:
         self.redis = redis_client
-        self.keys = keys
+        self.keys = KeySchema.of(keys, client=redis_client)
         self.map = WorkerMap()
         self.generation: str | None = None  # of the registry ``map`` was read from (see register_workers.lua)
         self._scripts = Scripts.of(redis_client)

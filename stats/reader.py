@@ -28,7 +28,7 @@ def _avg(total: int, count: int) -> float:
 class StatsReader:
     def __init__(self, redis_client: redis.Redis, namespace: str | KeySchema = "elk", *, cluster: bool = False) -> None:
         self.redis = redis_client
-        self.keys = KeySchema.of(namespace, cluster)
+        self.keys = KeySchema.of(namespace, cluster, client=redis_client)
 
     def range_width(self) -> int:
         raw = self.redis.hget(self.keys.stats_meta, "range_width")

@@ -92,7 +92,7 @@ class StatsChecker:
         policy: TierPolicy | None = None,
     ) -> None:
         self.redis = redis_client
-        self.keys = KeySchema.of(namespace, cluster)
+        self.keys = KeySchema.of(namespace, cluster, client=redis_client)
         self.archive = ArchiveLayer(redis_client, self.keys, policy)
         self.reader = StatsReader(redis_client, self.keys)
 

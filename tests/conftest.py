@@ -8,6 +8,7 @@ started once per session. ``fake`` is fakeredis, for the fast half of the shared
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 
@@ -15,11 +16,14 @@ import fakeredis
 import pytest
 import redis
 
+from archiver.engine import connect
+from archiver.local_cluster import LocalCluster
 from layers import KeySchema
 
 
 def pytest_report_header() -> str:
-    return f"engine: {os.environ.get('REDIS_URL') or 'embedded valkey-server'}"
+    cluster = cluster_server() or "embedded valkey-server"
+    return f"engine: {os.environ.get('REDIS_URL') or 'embedded valkey-server'}; local clusters of {cluster}"
 
 
 @pytest.fixture(scope="session")
@@ -51,6 +55,32 @@ def delete_namespace(client: redis.Redis, namespace: str) -> None:
                 client.delete(*keys[start : start + 500])
 
 
+@pytest.fixture(scope="session")
+def local_cluster() -> Iterator[LocalCluster]:
+    """A private Redis Cluster of three masters for the session: valkey-server, or redis-server
+    in the run against Redis (or the binary in ``PARTARCHIVE_CLUSTER_SERVER``)."""
+    with LocalCluster(masters=3, binary=cluster_server()) as cluster:
+        yield cluster
+
+
+def cluster_server() -> str:
+    """The server binary for local clusters ('' = the embedded engine's)."""
+    chosen = os.environ.get("PARTARCHIVE_CLUSTER_SERVER")
+    if chosen:
+        return chosen
+    return (shutil.which("redis-server") or "") if os.environ.get("REDIS_URL") else ""
+
+
+@pytest.fixture
+def cluster_redis(local_cluster: LocalCluster, namespace: str) -> Iterator[redis.Redis]:
+    client = connect(local_cluster.url, cluster=True)
+    try:
+        yield client
+    finally:
+        delete_namespace(client, namespace)
+        client.close()
+
+
 @pytest.fixture
 def real_redis(engine_url: str, namespace: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(engine_url)
@@ -68,11 +98,19 @@ def fake_redis() -> Iterator[redis.Redis]:
     client.close()
 
 
-@pytest.fixture(params=["fake", "real"])
+@pytest.fixture(params=["fake", "real", "cluster"])
 def any_redis(request: pytest.FixtureRequest) -> redis.Redis:
-    """The shared suite: every test using this runs on fakeredis and on the real engine."""
-    name = "fake_redis" if request.param == "fake" else "real_redis"
-    client: redis.Redis = request.getfixturevalue(name)
+    """The shared (contract) suite: every test using this runs on fakeredis, on the real engine
+    and on a local Redis Cluster (a `redis.RedisCluster` client; the layers tag the
+    namespace's keys for it)."""
+    client: redis.Redis = request.getfixturevalue(f"{request.param}_redis")
+    return client
+
+
+@pytest.fixture(params=["real", "cluster"])
+def server_redis(request: pytest.FixtureRequest) -> redis.Redis:
+    """The contract tests fakeredis cannot run (Lua it lacks): the real engine and the cluster."""
+    client: redis.Redis = request.getfixturevalue(f"{request.param}_redis")
     return client
 
 

@@ -112,7 +112,7 @@ def test_wrong_owner_changes_nothing(layer: ActiveLayer, any_redis: redis.Redis,
         with pytest.raises(NotOwner):
             call()
     assert layer.get(1) == before
-    assert any_redis.xlen(KeySchema(namespace).queue) == 0
+    assert any_redis.xlen(KeySchema.of(namespace, client=any_redis).queue) == 0
 
 
 def test_unknown_partition(layer: ActiveLayer, any_redis: redis.Redis, namespace: str) -> None:
@@ -126,7 +126,7 @@ def test_unknown_partition(layer: ActiveLayer, any_redis: redis.Redis, namespace
         with pytest.raises(PartitionNotFound):
             call()
     assert layer.get(7) is None
-    assert not any_redis.exists(KeySchema(namespace).queue)
+    assert not any_redis.exists(KeySchema.of(namespace, client=any_redis).queue)
 
 
 def test_complete_twice_appends_once(layer: ActiveLayer, any_redis: redis.Redis, namespace: str) -> None:
@@ -136,13 +136,13 @@ def test_complete_twice_appends_once(layer: ActiveLayer, any_redis: redis.Redis,
     second = layer.complete(1, "w1")
     assert first.entry_id and not first.already_completed
     assert second.already_completed and second.archived is None
-    assert any_redis.xlen(KeySchema(namespace).queue) == 1
+    assert any_redis.xlen(KeySchema.of(namespace, client=any_redis).queue) == 1
 
 
 def test_complete_writes_queue_entry_and_removes_record(
     layer: ActiveLayer, any_redis: redis.Redis, namespace: str
 ) -> None:
-    keys = KeySchema(namespace)
+    keys = KeySchema.of(namespace, client=any_redis)
     layer.create_partitions(1, 1000, 1000)
     layer.claim("w:1, ü")
     done = layer.complete(1, "w:1, ü")

@@ -157,7 +157,7 @@ def test_a_lost_consumer_group_is_created_again(real_redis: redis.Redis, namespa
         layer.complete(part.partition_id, "w")
     with pytest.raises(redis.ResponseError, match="NOGROUP"):
         daemon.run_once()
-    daemon._round_with_retry()  # what the loop does: the group is back, nothing raised
+    daemon.round_with_retry()  # what the loop does: the group is back, nothing raised
     drain(daemon)
     assert daemon.archive.archived_total() == 10 and real_redis.xlen(daemon.keys.queue) == 0
     assert 0.25 <= backoff_s(1) <= 0.5 and 15 <= backoff_s(20) <= 30
@@ -176,7 +176,7 @@ def test_poison_entries_are_dead_lettered_after_bounded_deliveries_and_requeued(
     complete_partitions(real_redis, namespace, 3)
     real_redis.set(keys.completed, "not a hash")  # every write of detail fails: the entries are never archived
     for _ in range(6):
-        daemon._round_with_retry()
+        daemon.round_with_retry()
     assert real_redis.xlen(keys.dead_letter) == 3 and real_redis.xlen(keys.queue) == 0
     letters = daemon.queue.dead_letters()
     assert all("after 3 deliveries" in d["reason"] and d["requeueable"] for d in letters)

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import redis
 
+from archiver import ArchiverDaemon, Config
 from archiver.commit import CommitBuffer
+from archiver.daemon import drain
+from archiver.router import QueryRouter, Source
 from codec import ArchivedPartition
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy
 from layers.queue import QueueEntry
@@ -52,7 +55,7 @@ def test_queue_delivers_takes_over_and_dead_letters(any_redis: redis.Redis, name
 
 
 def test_commit_counts_each_partition_once(any_redis: redis.Redis, namespace: str) -> None:
-    keys = KeySchema(namespace)
+    keys = KeySchema.of(namespace, client=any_redis)
     archive = ArchiveLayer(any_redis, keys)
     ArchiveQueue(any_redis, keys).ensure_group()
     stats = CommitBuffer(archive, flush_count=1000)
@@ -72,7 +75,7 @@ def test_commit_counts_each_partition_once(any_redis: redis.Redis, namespace: st
 
 
 def test_batches_seal_once_and_read_back(any_redis: redis.Redis, namespace: str) -> None:
-    keys = KeySchema(namespace)
+    keys = KeySchema.of(namespace, client=any_redis)
     archive = ArchiveLayer(any_redis, keys, TierPolicy(compressed_from=0, seal_idle_s=0))
     ArchiveQueue(any_redis, keys).ensure_group()
     parts = _parts(100, 250)
@@ -89,8 +92,36 @@ def test_batches_seal_once_and_read_back(any_redis: redis.Redis, namespace: str)
 
 
 def test_dead_letter_entries_round_trip(any_redis: redis.Redis, namespace: str) -> None:
-    keys = KeySchema(namespace)
+    keys = KeySchema.of(namespace, client=any_redis)
     queue = ArchiveQueue(any_redis, keys)
     queue.ensure_group()
     queue.dead_letter(QueueEntry("0-1", b"{}"), "hand-made")
     assert queue.purge_dead_letters() == 1 and queue.state().dead_letters == 0
+
+
+def test_the_archiver_moves_through_every_tier_and_answers_for_each(server_redis: redis.Redis, namespace: str) -> None:
+    sdk = ActiveLayer(server_redis, namespace)
+    sdk.create_partitions(1, 900 * 10, 10)
+    config = Config(
+        namespace=namespace, block_ms=1, compressed_from=200, summary_above=600, batch_size=50,
+        seal_idle_s=0, maintenance_interval_s=0, stats_flush_count=64,
+    )  # fmt: skip
+    daemon = ArchiverDaemon(server_redis, config, consumer="contract")
+    router = QueryRouter(server_redis, daemon.keys, policy=config.policy)
+    tiers = []
+    for _ in range(9):  # 100 at a time, archiving as it goes
+        for _ in range(100):
+            part = sdk.claim("w")
+            assert part is not None
+            sdk.complete(part.partition_id, "w")
+        drain(daemon)
+        while daemon.maintain(force=True):  # tier moves run in bounded steps
+            pass
+        tiers.append(daemon.archive.tier().value)
+    assert tiers[0] == "simple" and "compressed" in tiers and tiers[-1] == "summary"
+    assert daemon.archive.archived_total() == 900 and daemon.archive.simple_size() == 0
+    answers = [router.get(pid) for pid in range(1, 901)]
+    assert all(a.found and a.partition is not None and a.source is Source.BATCH for a in answers)
+    assert [a.partition.max_id for a in answers if a.partition] == [pid * 10 for pid in range(1, 901)]
+    assert StatsReader(server_redis, daemon.keys).stats()["completed"]["total_completed"] == 900
+    assert StatsChecker(server_redis, daemon.keys, policy=config.policy).check().ok

@@ -40,7 +40,7 @@ def test_corrupt_archived_record_degrades_not_raises(
     world: tuple[ActiveLayer, QueryRouter, ArchiverDaemon], any_redis: redis.Redis, namespace: str
 ) -> None:
     _, router, _ = world
-    keys = KeySchema(namespace)
+    keys = KeySchema.of(namespace, client=any_redis)
     any_redis.hset(keys.completed, "9", b"\x00garbage")
     any_redis.setbit(keys.index, 9, 1)
     answer = router.get(9)
@@ -52,7 +52,7 @@ def test_index_without_detail_is_degraded(
     world: tuple[ActiveLayer, QueryRouter, ArchiverDaemon], any_redis: redis.Redis, namespace: str
 ) -> None:
     _, router, _ = world
-    any_redis.setbit(KeySchema(namespace).index, 12, 1)
+    any_redis.setbit(KeySchema.of(namespace, client=any_redis).index, 12, 1)
     answer = router.get(12)
     assert answer.source is Source.EXPIRED and answer.degraded and "expired" in answer.detail
 

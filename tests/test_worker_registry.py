@@ -13,7 +13,7 @@ from layers.workers import WorkerRegistry
 
 
 def test_numbers_are_stable_and_shared(any_redis: redis.Redis, namespace: str) -> None:
-    keys = KeySchema(namespace)
+    keys = KeySchema.of(namespace, client=any_redis)
     first = WorkerRegistry(any_redis, keys)
     first.register(["worker2", "worker1"])
     second = WorkerRegistry(any_redis, keys)
@@ -24,7 +24,7 @@ def test_numbers_are_stable_and_shared(any_redis: redis.Redis, namespace: str) -
 
 
 def test_blob_encoded_by_one_archiver_decodes_in_another(any_redis: redis.Redis, namespace: str) -> None:
-    keys = KeySchema(namespace)
+    keys = KeySchema.of(namespace, client=any_redis)
     records = list(standard_workload(100))
     writer = WorkerRegistry(any_redis, keys)
     blob = encode_blob(records, writer.register(r.worker_id for r in records))
