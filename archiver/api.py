@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from pydantic import BaseModel
+from redis.exceptions import RedisClusterException
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from archiver.config import Config
@@ -127,6 +128,11 @@ def create_app(client: redis.Redis, config: Config) -> FastAPI:
             return await damaged(request, wrong_type_error(client, keys))
         log.warning("redis error", error=str(exc))
         return _error(503, "redis unavailable", type(exc).__name__)
+
+    @app.exception_handler(RedisClusterException)
+    async def cluster_down(_request: Request, exc: RedisClusterException) -> JSONResponse:
+        log.warning("redis cluster error", error=str(exc))
+        return _error(503, "redis cluster unavailable", type(exc).__name__)
 
     @app.exception_handler(Exception)
     async def internal(_request: Request, exc: Exception) -> JSONResponse:

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 import redis
+from redis.exceptions import RedisClusterException
 
 from archiver.config import DEFAULT_REDIS_URL, Config
 from archiver.engine import connect, open_engine, redact_url
@@ -413,6 +414,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"partarchive: error: {typed}", file=sys.stderr)
         else:
             print(f"partarchive: redis error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except RedisClusterException as exc:  # not a RedisError: the cluster's layout or reach
+        print(f"partarchive: redis cluster error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except OSError as exc:  # a file named on the command line (--output, --rejects)
         print(f"partarchive: error: {exc.strerror or exc}: {exc.filename or ''}", file=sys.stderr)

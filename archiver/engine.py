@@ -9,6 +9,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
 from codec.errors import PartArchiveError
@@ -60,7 +61,7 @@ def connect(url: str, *, cluster: bool = False) -> redis.Redis:
         client.ping()
     except ValueError as exc:
         raise EngineError(f"invalid Redis URL {safe!r}: {_redacted(str(exc), url)}") from None
-    except redis.RedisError as exc:
+    except (redis.RedisError, RedisClusterException) as exc:
         what = "Redis Cluster" if cluster else "Redis"
         raise EngineError(f"cannot reach {what} at {safe}: {_redacted(str(exc), url)}") from None
     return client

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from archiver.logs import configure_logging
-from bench import codec_bench, latency_bench, memory_bench, migrate_bench, stats_bench, tiers_bench
+from bench import cluster_bench, codec_bench, latency_bench, memory_bench, migrate_bench, stats_bench, tiers_bench
 
 SECTIONS = {
     "codec": codec_bench.run,
@@ -14,6 +14,7 @@ SECTIONS = {
     "memory": memory_bench.run,
     "migrate": migrate_bench.run,
     "tiers": tiers_bench.run,
+    "cluster": cluster_bench.run,
 }
 
 

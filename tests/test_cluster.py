@@ -144,3 +144,10 @@ def test_a_master_failover_loses_nothing_and_counts_once(namespace: str) -> None
         assert client.xlen(sdk.keys.dead_letter) == 0
         print(f"failover: {len(errors)} calls retried by the worker ({sorted(set(errors))})")
         client.close()
+
+
+def test_cluster_mode_against_a_server_that_is_not_a_cluster_is_one_line(engine_url: str, namespace: str) -> None:
+    url = engine_url.replace("redis://", "redis://:hunter2@", 1).rsplit("/", 1)[0] + "/0"
+    done = run_cli(url, namespace, "status", "--cluster")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "cannot reach Redis Cluster" in done.stderr and "hunter2" not in done.stderr
