@@ -19,9 +19,19 @@ from typing import Any, NamedTuple
 import orjson
 
 from codec.errors import DecodeError, ValidationError
-from codec.gojson import ZERO_TIME, GoTime, go_json, go_string
+from codec.gojson import CLOCKS, DATE_DAYS, ZERO_TIME, ZONES, GoTime, go_json, go_string
 from codec.record import ArchivedPartition, PartitionInfo, Status
-from codec.validate import MAX_DURATION, MAX_INT64, MIN_INT64, check_pid, check_range
+from codec.validate import (
+    MAX_DURATION,
+    MAX_ID,
+    MAX_INT64,
+    MAX_TIMESTAMP,
+    MAX_WORKER_ID_BYTES,
+    MIN_INT64,
+    check_pid,
+    check_range,
+    has_control_characters,
+)
 
 KNOWN_STATUSES = frozenset(s.value for s in Status)
 
@@ -206,39 +216,67 @@ def completed_as_archived(data: Any) -> ArchivedPartition | None:
     """What the archive keeps of a completed record exactly as Go writes it, valid in every
     field, or None for anything else (`decode_elk` then applies Go's rules and explains).
 
-    The bulk import's path: the same answer as ``decode_elk(raw).to_archived()`` for such a
-    record, without building the record or its times.
+    The same answer as ``decode_elk(raw).to_archived()`` for such a record, without building
+    the record or its times.
     """
-    if type(data) is not dict or len(data) != 9 + ("options" in data) + ("error" in data):
-        return None
-    try:
-        pid, lo, hi, version = data["partition_id"], data["min_id"], data["max_id"], data["version"]
-        worker, status = data["worker_id"], data["status"]
-        beat, updated, created = data["last_heartbeat"], data["updated_at"], data["created_at"]
-    except KeyError:
-        return None
-    if status != "completed" or type(beat) is not str or type(updated) is not str or type(created) is not str:
-        return None
-    seconds_of = GoTime.seconds_of
-    done, start = seconds_of(updated), seconds_of(created)
-    if done is None or start is None or start == ZERO_TIME.seconds or seconds_of(beat) is None:
-        return None  # (a zero created_at means "no duration": the general path has the rule)
-    options = data.get("options")
-    if not (
-        type(pid) is int
-        and type(lo) is int
-        and type(hi) is int
-        and type(version) is int
-        and MIN_INT64 <= version <= MAX_INT64
-        and type(data.get("error", "")) is str
-        and (options is None or type(options) is dict)
-    ):
-        return None
-    duration = min(max(done - start, 0), MAX_DURATION)
-    try:
-        return ArchivedPartition.checked(pid, lo, hi, worker, done, duration)
-    except ValidationError:
-        return None
+    return completed_as_archived_page([data])[0]
+
+
+def completed_as_archived_page(page: list[Any]) -> list[ArchivedPartition | None]:
+    """`completed_as_archived` of each decoded record of a page: the bulk import's path, one
+    loop with the time parsing inlined (three times per record, a third of the import's work)."""
+    out: list[ArchivedPartition | None] = []
+    append = out.append
+    dates, clocks, zones, new, zero = DATE_DAYS, CLOCKS, ZONES, tuple.__new__, ZERO_TIME.seconds
+    for data in page:
+        if type(data) is not dict or data.get("status") != "completed":
+            append(None)
+            continue
+        try:
+            pid, lo, hi, version = data["partition_id"], data["min_id"], data["max_id"], data["version"]
+            worker, times = data["worker_id"], (data["updated_at"], data["created_at"], data["last_heartbeat"])
+        except KeyError:
+            append(None)
+            continue
+        seconds = []
+        offset: int | None
+        for t in times:  # GoTime.seconds_of, inline
+            if type(t) is not str or len(t) < 20 or t[10] != "T":
+                break
+            if t[-1] == "Z":
+                offset, frac = 0, t[19:-1]
+            else:
+                offset, frac = zones[t[-6:]], t[19:-6]
+            days, clock = dates[t[:10]], clocks[t[11:19]]
+            if offset is None or days is None or clock is None:
+                break
+            if frac and not (frac[0] == "." and 1 < len(frac) <= 10 and frac.isascii() and frac[1:].isdigit()):
+                break
+            seconds.append(days * 86400 + clock - offset)
+        else:
+            done, start = seconds[0], seconds[1]
+            options = data.get("options")
+            if (
+                start != zero  # a zero created_at means "no duration": the general path has the rule
+                and len(data) == 9 + ("options" in data) + ("error" in data)
+                and type(pid) is int
+                and type(lo) is int
+                and type(hi) is int
+                and type(version) is int
+                and 1 <= pid <= MAX_ID
+                and MIN_INT64 <= lo <= hi <= MAX_INT64
+                and MIN_INT64 <= version <= MAX_INT64
+                and 0 <= done <= MAX_TIMESTAMP
+                and type(worker) is str
+                and 0 < len(worker) <= MAX_WORKER_ID_BYTES // 4
+                and not has_control_characters(worker)
+                and type(data.get("error", "")) is str
+                and (options is None or type(options) is dict)
+            ):
+                append(new(ArchivedPartition, (pid, lo, hi, worker, done, min(max(done - start, 0), MAX_DURATION))))
+                continue
+        append(None)
+    return out
 
 
 def is_elk_json(data: dict[str, Any]) -> bool:

@@ -137,8 +137,8 @@ class GoTime(NamedTuple):
             if text[-1] == "Z":
                 offset, frac = 0, text[19:-1]
             else:
-                offset, frac = _ZONES[text[-6:]], text[19:-6]
-            days, clock = _DATE_DAYS[text[:10]], _CLOCKS[text[11:19]]
+                offset, frac = ZONES[text[-6:]], text[19:-6]
+            days, clock = DATE_DAYS[text[:10]], CLOCKS[text[11:19]]
             if offset is not None and days is not None and clock is not None:
                 if not frac:
                     return tuple.__new__(cls, (days * 86400 + clock - offset, 0, offset))
@@ -149,25 +149,6 @@ class GoTime(NamedTuple):
         if not isinstance(text, str):
             raise DecodeError("a time must be an RFC 3339 string")
         return cls._parse_slow(text)
-
-    @staticmethod
-    def seconds_of(text: str) -> int | None:
-        """The Unix seconds of a time in the canonical shape `parse` takes apart by position, or
-        None for anything else (`parse` then says what is wrong). Skips building the value: for
-        the bulk import, which needs two instants and the validity of a third per record."""
-        if len(text) < 20 or text[10] != "T":
-            return None
-        offset: int | None
-        if text[-1] == "Z":
-            offset, frac = 0, text[19:-1]
-        else:
-            offset, frac = _ZONES[text[-6:]], text[19:-6]
-        days, clock = _DATE_DAYS[text[:10]], _CLOCKS[text[11:19]]
-        if offset is None or days is None or clock is None:
-            return None
-        if frac and not (frac[0] == "." and 1 < len(frac) <= 10 and frac.isascii() and frac[1:].isdigit()):
-            return None
-        return days * 86400 + clock - offset
 
     @classmethod
     def _parse_slow(cls, text: str) -> GoTime:
@@ -254,9 +235,10 @@ class _Zones(dict[str, int | None]):
         return value
 
 
-_DATE_DAYS = _DateDays()
-_CLOCKS = _Clocks()
-_ZONES = _Zones()
+#: The parser's caches, shared with the bulk import's inlined copy (`codec.elk.completed_as_archived_page`).
+DATE_DAYS = _DateDays()
+CLOCKS = _Clocks()
+ZONES = _Zones()
 _SCALE = [10 ** (9 - n) for n in range(10)]
 ZERO_SECONDS = _days_from_civil(1, 1, 1) * 86400
 ZERO_TIME = GoTime(ZERO_SECONDS, 0, 0)

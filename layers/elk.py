@@ -24,7 +24,7 @@ import orjson
 import redis
 
 from codec import ArchivedPartition, DecodeError, ValidationError
-from codec.elk import ElkRecord, ElkWorker, completed_as_archived, decode_elk, decode_elk_worker
+from codec.elk import ElkRecord, ElkWorker, completed_as_archived_page, decode_elk, decode_elk_worker
 from codec.elk_batch import ElkBatchEntry, decode_elk_batch
 from codec.gojson import GoTime
 from layers.active import MAX_PARTITION_ID
@@ -169,9 +169,9 @@ class ElkSource:
         for fld, raw in self.redis.hscan_iter(key, count=_SCAN_COUNT):
             yield as_text(fld), raw
 
-    def in_pid_order(self, key: str) -> Iterator[tuple[str, bytes]]:
+    def pages_in_pid_order(self, key: str) -> Iterator[list[tuple[str, bytes]]]:
         """Every field of a hash whose fields are partition ids, in id order (HKEYS, then HMGET by
-        1,000), so an import touches each batch and statistics range in one stretch."""
+        1,000), so an import touches each batch and statistics range in one stretch; in pages."""
         names: Any = self.redis.hkeys(key)
         canonical = [n for n in names if n.isdigit() and len(n) < 20 and n[:1] != b"0"]  # strconv.Itoa's form
         others = sorted(as_text(n) for n in names if not (n.isdigit() and len(n) < 20 and n[:1] != b"0"))
@@ -179,35 +179,33 @@ class ElkSource:
         for start in range(0, len(ordered), _SCAN_COUNT):
             chunk = ordered[start : start + _SCAN_COUNT]
             values: Any = self.redis.hmget(key, chunk)
-            for fld, raw in zip(chunk, values, strict=True):
-                if raw is not None:
-                    yield fld, raw
+            yield [(fld, raw) for fld, raw in zip(chunk, values, strict=True) if raw is not None]
 
     def completed_in_hash(self, source: str, keep_detail: bool = True) -> Iterator[Item | Rejected]:
         """Completed records of the active hash (``source='active'``) or of ``elk_archived``, in id
         order; without ``keep_detail`` the items carry only the archived fields (a bulk import into
-        a batch tier keeps nothing else)."""
+        a batch tier keeps nothing else): a record exactly as Go writes it is then read by one
+        loop per page (`completed_as_archived_page`), anything else by Go's rules one by one."""
         key = self.keys.partitions if source == "active" else self.keys.archived
         new = tuple.__new__
-        for fld, raw in self.in_pid_order(key):
+        for page in self.pages_in_pid_order(key):
+            fast: list[ArchivedPartition | None] = [None] * len(page)
             if not keep_detail:
-                try:
-                    archived = completed_as_archived(orjson.loads(raw))
-                except orjson.JSONDecodeError:
-                    archived = None
+                fast = completed_as_archived_page([_loads_or_none(raw) for _, raw in page])
+            for (fld, raw), archived in zip(page, fast, strict=True):
                 if archived is not None and archived.partition_id <= MAX_PARTITION_ID:
                     yield new(Item, (None, archived, source, fld, b"", None))
                     continue
-            try:
-                rec = decode_elk(raw)
-            except DecodeError as exc:
-                yield Rejected(source, fld, f"not a record Go can read: {exc}")
-                continue
-            if rec.status != "completed":
-                if source == "archived" or rec.status not in ("pending", "claimed", "running", "failed"):
-                    yield Rejected(source, fld, f"status {rec.status!r} in {key}")
-                continue
-            yield _item(rec, source, fld, raw, keep_detail=keep_detail)
+                try:
+                    rec = decode_elk(raw)
+                except DecodeError as exc:
+                    yield Rejected(source, fld, f"not a record Go can read: {exc}")
+                    continue
+                if rec.status != "completed":
+                    if source == "archived" or rec.status not in ("pending", "claimed", "running", "failed"):
+                        yield Rejected(source, fld, f"status {rec.status!r} in {key}")
+                    continue
+                yield _item(rec, source, fld, raw, keep_detail=keep_detail)
 
     def completed_pids(self, source: str) -> Iterator[tuple[int, str, bytes]]:
         """(pid, field, value) of every record that says it is completed, read without its times:
@@ -308,6 +306,13 @@ class ElkSource:
                 args += [fld, raw]
             deleted += int(self._scripts("hdel_if_equal", [key], args))
         return deleted
+
+
+def _loads_or_none(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
 
 
 def _item(
