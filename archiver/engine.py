@@ -67,10 +67,6 @@ def connect(url: str, *, cluster: bool = False) -> redis.Redis:
     return client
 
 
-def is_cluster(client: object) -> bool:
-    return isinstance(client, redis.RedisCluster)
-
-
 def _redacted(message: str, url: str) -> str:
     try:
         password = urlsplit(url).password
