@@ -23,14 +23,10 @@ from codec.gojson import CLOCKS, DATE_DAYS, ZERO_TIME, ZONES, GoTime, go_json, g
 from codec.record import ArchivedPartition, PartitionInfo, Status
 from codec.validate import (
     MAX_DURATION,
-    MAX_ID,
     MAX_INT64,
-    MAX_TIMESTAMP,
-    MAX_WORKER_ID_BYTES,
     MIN_INT64,
     check_pid,
     check_range,
-    has_control_characters,
 )
 
 KNOWN_STATUSES = frozenset(s.value for s in Status)
@@ -227,7 +223,7 @@ def completed_as_archived_page(page: list[Any]) -> list[ArchivedPartition | None
     loop with the time parsing inlined (three times per record, a third of the import's work)."""
     out: list[ArchivedPartition | None] = []
     append = out.append
-    dates, clocks, zones, new, zero = DATE_DAYS, CLOCKS, ZONES, tuple.__new__, ZERO_TIME.seconds
+    dates, clocks, zones, zero = DATE_DAYS, CLOCKS, ZONES, ZERO_TIME.seconds
     for data in page:
         if type(data) is not dict or data.get("status") != "completed":
             append(None)
@@ -240,7 +236,7 @@ def completed_as_archived_page(page: list[Any]) -> list[ArchivedPartition | None
             continue
         seconds = []
         offset: int | None
-        for t in times:  # GoTime.seconds_of, inline
+        for t in times:  # GoTime.parse's fast path, inlined, without the nanoseconds
             if type(t) is not str or len(t) < 20 or t[10] != "T":
                 break
             if t[-1] == "Z":
@@ -259,22 +255,17 @@ def completed_as_archived_page(page: list[Any]) -> list[ArchivedPartition | None
             if (
                 start != zero  # a zero created_at means "no duration": the general path has the rule
                 and len(data) == 9 + ("options" in data) + ("error" in data)
-                and type(pid) is int
-                and type(lo) is int
-                and type(hi) is int
                 and type(version) is int
-                and 1 <= pid <= MAX_ID
-                and MIN_INT64 <= lo <= hi <= MAX_INT64
                 and MIN_INT64 <= version <= MAX_INT64
-                and 0 <= done <= MAX_TIMESTAMP
-                and type(worker) is str
-                and 0 < len(worker) <= MAX_WORKER_ID_BYTES // 4
-                and not has_control_characters(worker)
                 and type(data.get("error", "")) is str
                 and (options is None or type(options) is dict)
             ):
-                append(new(ArchivedPartition, (pid, lo, hi, worker, done, min(max(done - start, 0), MAX_DURATION))))
-                continue
+                duration = min(max(done - start, 0), MAX_DURATION)
+                try:  # the archived fields' own checks, in one place
+                    append(ArchivedPartition.checked(pid, lo, hi, worker, done, duration))
+                    continue
+                except ValidationError:
+                    pass
         append(None)
     return out
 

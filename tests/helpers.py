@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -115,3 +116,14 @@ def start_server(url: str, namespace: str, port: int, *args: str) -> subprocess.
 
     wait_for(up, timeout=30, what="HTTP server")
     return proc
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 40) -> str:
+    """SIGTERM, wait for a clean exit (killed and an error after ``timeout``); returns stderr."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    return err.decode(errors="replace")

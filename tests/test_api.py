@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import signal
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import redis
 from archiver import ArchiverDaemon, Config
 from archiver.daemon import drain
 from layers import ActiveLayer, KeySchema
-from tests.helpers import complete_partitions, free_port, start_server
+from tests.helpers import complete_partitions, free_port, start_server, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,13 +27,7 @@ def api(engine_url: str, real_redis: redis.Redis, namespace: str) -> Iterator[ht
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
             yield client
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            _, err = proc.communicate(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
-        assert b"Traceback" not in err
+        assert "Traceback" not in stop_process(proc, 15)
 
 
 @pytest.fixture

@@ -8,8 +8,6 @@ fixtures; this file covers what needs processes or its own cluster.
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import threading
 import time
 
@@ -22,17 +20,7 @@ from codec.errors import PartArchiveError
 from layers import ActiveLayer, ArchiveLayer, KeySchema
 from stats import StatsChecker, StatsReader
 from tests.conftest import cluster_server
-from tests.helpers import free_port, run_cli, start_archiver, start_server, wait_for
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> str:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        _, err = proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise
-    return err.decode(errors="replace")
+from tests.helpers import free_port, run_cli, start_archiver, start_server, stop_process, wait_for
 
 
 def test_archiver_cli_and_api_on_the_cluster(
@@ -56,7 +44,7 @@ def test_archiver_cli_and_api_on_the_cluster(
         wait_for(lambda: archive.archived_total() == 400 and archive.simple_size() == 0, 60, "archiving on the cluster")
         wait_for(lambda: archive.tier().value == "summary", 30, "the summary tier")
     finally:
-        err = _stop(archiver)
+        err = stop_process(archiver)
     assert archiver.returncode == 0 and "Traceback" not in err
     status = run_cli(url, namespace, "status", "--json", PARTARCHIVE_CLUSTER="1")
     assert status.returncode == 0, status.stderr
@@ -75,7 +63,7 @@ def test_archiver_cli_and_api_on_the_cluster(
             assert "partarchive_archive_tier{tier=\"summary\"} 1.0" in http.get("/metrics").text
             assert http.get("/partitions/abc").status_code == 422
     finally:
-        err = _stop(server)
+        err = stop_process(server)
     assert "Traceback" not in err
 
 
@@ -132,10 +120,10 @@ def test_a_master_failover_loses_nothing_and_counts_once(namespace: str) -> None
                 wait_for(lambda: client.xlen(sdk.keys.queue) == 0, 30, "the queue drained")
             except AssertionError as exc:
                 state = f"archived {archive.archived_total()}, queue {client.xlen(sdk.keys.queue)}"
-                raise AssertionError(f"{exc}: {state}; archiver log: {_stop(archiver)[-3000:]}") from None
+                raise AssertionError(f"{exc}: {state}; archiver log: {stop_process(archiver)[-3000:]}") from None
         finally:
             stop.set()
-            err = _stop(archiver) if archiver.poll() is None else ""
+            err = stop_process(archiver) if archiver.poll() is None else ""
         assert "Traceback" not in err
         assert archive.indexed(list(range(1, total + 1))) == [True] * total  # nothing lost
         view = StatsReader(client, sdk.keys).stats()

@@ -13,17 +13,7 @@ import redis
 from layers import ArchiveLayer, KeySchema
 from layers.liveness import Liveness
 from tests.conftest import delete_namespace
-from tests.helpers import complete_partitions, run_cli, start_archiver, wait_for
-
-
-def _stop(proc: subprocess.Popen[bytes], timeout: float = 40) -> str:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        _, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise
-    return err.decode(errors="replace")
+from tests.helpers import complete_partitions, run_cli, start_archiver, stop_process, wait_for
 
 
 def test_one_process_serves_several_namespaces_fairly(engine_url: str, real_redis: redis.Redis, namespace: str) -> None:
@@ -41,7 +31,7 @@ def test_one_process_serves_several_namespaces_fairly(engine_url: str, real_redi
             alive = [len(Liveness(real_redis, KeySchema(name)).archivers()) for name in names]
             assert alive == [1, 1, 1]
         finally:
-            err = _stop(proc)
+            err = stop_process(proc)
         assert proc.returncode == 0 and "Traceback" not in err
         assert all(real_redis.xlen(KeySchema(name).queue) == 0 for name in names)
         assert [len(Liveness(real_redis, KeySchema(name)).archivers()) for name in names] == [0, 0, 0]
@@ -83,7 +73,7 @@ def test_processes_restarts_a_crashed_child_and_stops_all(
         children = _children(supervisor.pid)
     finally:
         started = time.monotonic()
-        err = _stop(supervisor)
+        err = stop_process(supervisor)
     assert supervisor.returncode == 0, err
     assert time.monotonic() - started < 20
     assert "Traceback" not in err
