@@ -18,6 +18,7 @@ demo: $(STAMP)
 	$(BIN)/partarchive demo $(ARGS)
 
 test: $(STAMP)
+	.ci/ensure-chromium
 	$(BIN)/python -m pytest $(ARGS)
 
 lint: $(STAMP)

@@ -17,8 +17,9 @@ import redis
 from redis.exceptions import RedisClusterException
 
 from archiver.config import DEFAULT_REDIS_URL, Config
-from archiver.engine import connect, open_engine, redact_url
+from archiver.engine import connect, open_engine, redact_text, redact_url
 from archiver.output import print_json
+from archiver.version import installed_version
 from codec.errors import PartArchiveError
 from layers.keys import check_namespace
 from layers.meta import is_wrong_type, wrong_type_error
@@ -55,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     parser = _Parser(prog="partarchive", description="Redis partition archival system")
-    parser.add_argument("--version", action="version", version=f"partarchive {_version()}")
+    parser.add_argument("--version", action="version", version=f"partarchive {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", parents=[common], help="run the archiver daemon")
@@ -84,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", parents=[common], help="layer sizes and queue backlog")
     status.add_argument("--json", action="store_true")
+    status.add_argument(
+        "--watch", nargs="?", type=float, const=2.0, metavar="SECONDS", help="print again every SECONDS (default 2)"
+    )
 
     stats = sub.add_parser("stats", parents=[common], help="merged statistics; verify or repair them")
     stats.add_argument("action", nargs="?", choices=["show", "verify"], default="show")
@@ -209,15 +213,6 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("partarchive")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
-
-
 def _human(key: str, value: Any) -> Any:
     """Unix times shown as UTC dates too (``--json`` keeps the plain numbers)."""
     if (key.endswith("_at") or key == "last_heartbeat") and isinstance(value, int) and 0 < value < 2**34:
@@ -231,15 +226,21 @@ def _check_port(port: int) -> None:
 
 
 def cmd_serve(args: argparse.Namespace, config: Config) -> int:
-    import uvicorn
+    try:
+        import uvicorn
 
-    from archiver.api import create_app
-    from archiver.logs import configure_logging
+        from archiver.web import create_app
+    except ImportError as exc:
+        raise CliError(
+            f"serve needs the server extra ({exc.name} is not installed): pip install 'partarchive[server]'"
+        ) from None
+    from archiver.logs import configure_logging, stdlib_log_config
 
     _check_port(args.port)
     configure_logging(args.log_level)
     client = _client(config)
-    uvicorn.run(create_app(client, config), host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    app = create_app(client, config)
+    uvicorn.run(app, host=args.host, port=args.port, log_config=stdlib_log_config(args.log_level), access_log=False)
     return 0
 
 
@@ -269,15 +270,38 @@ def cmd_get(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_status(args: argparse.Namespace, config: Config) -> int:
-    from archiver.status import collect_status, format_status
+    from archiver.namespace import Namespace
+    from archiver.status import collect_status
 
     client = _client(config)
-    report = collect_status(client, config)
-    if args.json:
+    if not Namespace(client, config).exists():
+        print(f"partarchive: no such namespace {config.namespace!r} on this server", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    if args.watch is None:
+        _print_status(collect_status(client, config), args.json, clear=False)
+        return 0
+    if not 0.1 <= args.watch <= 3600:
+        raise CliError("--watch takes 0.1 .. 3600 seconds")
+    try:  # Ctrl-C is how a watch ends, whether it lands in the sleep or in a read
+        while True:
+            _print_status(collect_status(client, config), args.json, clear=sys.stdout.isatty())
+            sys.stdout.flush()
+            time.sleep(args.watch)
+            if not args.json:
+                print()
+    except KeyboardInterrupt:
+        return 0
+
+
+def _print_status(report: dict[str, Any], as_json: bool, *, clear: bool) -> None:
+    from archiver.status import format_status
+
+    if as_json:
         print_json(report)
-    else:
-        print(format_status(report))
-    return 0
+        return
+    if clear:
+        print("\033[H\033[2J", end="")
+    print(format_status(report))
 
 
 def cmd_archivers(args: argparse.Namespace, config: Config) -> int:
@@ -403,23 +427,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = _config(args)
         return COMMANDS[args.command](args, config)
     except CliError as exc:
-        print(f"partarchive: error: {exc}", file=sys.stderr)
+        _fail(f"error: {exc}")
         return EXIT_ERROR
     except PartArchiveError as exc:
-        print(f"partarchive: error: {exc}", file=sys.stderr)
+        _fail(f"error: {exc}")
         return EXIT_ERROR
     except redis.RedisError as exc:
         if is_wrong_type(exc) and config is not None:
             typed = wrong_type_error(_client(config), config.keys)
-            print(f"partarchive: error: {typed}", file=sys.stderr)
+            _fail(f"error: {typed}")
         else:
-            print(f"partarchive: redis error: {exc}", file=sys.stderr)
+            _fail(f"redis error: {exc}")
         return EXIT_ERROR
     except RedisClusterException as exc:  # not a RedisError: the cluster's layout or reach
-        print(f"partarchive: redis cluster error: {exc}", file=sys.stderr)
+        _fail(f"redis cluster error: {exc}")
         return EXIT_ERROR
     except OSError as exc:  # a file named on the command line (--output, --rejects)
-        print(f"partarchive: error: {exc.strerror or exc}: {exc.filename or ''}", file=sys.stderr)
+        _fail(f"error: {exc.strerror or exc}: {exc.filename or ''}")
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("partarchive: interrupted", file=sys.stderr)
@@ -427,6 +451,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (``| head``): not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+def _fail(message: str) -> None:
+    """The one line an operator sees; any URL credentials in it (echoed input) replaced."""
+    print(f"partarchive: {redact_text(message)}", file=sys.stderr)
 
 
 def entry_point() -> None:

@@ -21,7 +21,11 @@ from layers import ArchiveLayer, CommitResult
 from layers.meta import stored_int
 from stats.rollup import DEFAULT_RANGE_WIDTH, rollup_ops
 
-DEFAULT_FLUSH_COUNT = 100
+#: One commit per page the archiver reads (``read_count``, 500): the commit script's cost is mostly
+#: the statistics fields it touches, about the same for 100 partitions as for 500, so a page per
+#: commit halves Redis's time per partition (``make bench ARGS=archiver``). Statistics still lag
+#: by at most ``DEFAULT_FLUSH_INTERVAL_S``.
+DEFAULT_FLUSH_COUNT = 500
 DEFAULT_FLUSH_INTERVAL_S = 30.0
 
 
@@ -29,6 +33,8 @@ def split_counted(
     entries: Sequence[tuple[str, ArchivedPartition]], already: set[int]
 ) -> tuple[list[tuple[str, ArchivedPartition]], list[str]]:
     """The entries to count (each pid once, none of ``already``) and those only to acknowledge."""
+    if not already and len({part.partition_id for _, part in entries}) == len(entries):
+        return list(entries), []  # the usual case: every pid new and once
     counted: list[tuple[str, ArchivedPartition]] = []
     ack_only: list[str] = []
     seen: set[int] = set()

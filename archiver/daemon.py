@@ -219,7 +219,7 @@ class ArchiverDaemon:
         )
         removed = self.liveness.remove_dead_consumers(self.config.claim_idle_ms)
         if removed:
-            CONSUMERS_REMOVED.inc(len(removed))
+            CONSUMERS_REMOVED.labels(namespace=self.keys.namespace).inc(len(removed))
             log.info("removed consumers of dead archivers", consumers=removed)
         self.liveness.forget_dead()
 
@@ -260,7 +260,7 @@ class ArchiverDaemon:
         maintenance lock is held (entries of the old group that were not acknowledged are lost
         with the stream; what they completed is still marked in the `done` bitmap)."""
         self.queue.ensure_group()
-        GROUP_RECREATED.inc()
+        GROUP_RECREATED.labels(namespace=self.keys.namespace).inc()
         self._verify_due = True
         log.warning("the archive queue's consumer group was gone; created it again", queue=self.keys.queue)
 
@@ -372,7 +372,7 @@ class ArchiverDaemon:
         return len(entries)
 
     def _note(self, result: CommitResult) -> None:
-        STATS_FLUSHES.inc()
+        STATS_FLUSHES.labels(namespace=self.keys.namespace).inc()
         if result.tier is not self._tier:
             log.info("tier changed", tier=result.tier.value, total=result.total)
             self._tier = result.tier

@@ -9,11 +9,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import redis
-from tqdm import tqdm
 
 from archiver.config import Config
 from archiver.daemon import ArchiverDaemon, run_until
 from archiver.namespace import Namespace
+from archiver.progress import progress_bar
 from archiver.router import QueryRouter, Source
 from layers import ActiveLayer
 from stats import StatsReader
@@ -115,7 +115,7 @@ def run_demo(
     for t in threads:
         t.start()
     archiver_thread.start()
-    with tqdm(total=len(pids), desc="archived", unit="part", disable=not progress) as bar:
+    with progress_bar(total=len(pids), desc="archived", unit="part", disable=not progress) as bar:
         while archiver_thread.is_alive():
             archiver_thread.join(0.2)
             bar.update(min(daemon.archived, len(pids)) - bar.n)

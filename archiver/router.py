@@ -36,10 +36,6 @@ class Source(enum.StrEnum):
     NONE = "none"
 
 
-for _source in Source:
-    ROUTER_ANSWERS.labels(source=_source.value)  # every series exists from the first scrape
-
-
 @dataclass(frozen=True, slots=True)
 class Answer:
     partition_id: int
@@ -91,6 +87,11 @@ class QueryRouter:
     ) -> None:
         self.redis = redis_client
         self.keys = KeySchema.of(namespace, cluster, client=redis_client)
+        ns = self.keys.namespace
+        self._answers = {source: ROUTER_ANSWERS.labels(namespace=ns, source=source.value) for source in Source}
+        self._seconds = ROUTER_SECONDS.labels(namespace=ns)
+        self._decoded = DECODES.labels(namespace=ns, result="success")
+        self._undecodable = DECODES.labels(namespace=ns, result="failure")
         self.archive = archive or ArchiveLayer(redis_client, self.keys, policy)
         if summary_lookup is None:
             summary_lookup = StatsReader(redis_client, self.keys).range_summary
@@ -102,9 +103,9 @@ class QueryRouter:
         """Where partition ``partition_id`` is; raises ValidationError (bad id), WrongKeyType (a key
         of the namespace holds another type) or a Redis error."""
         pid = check_partition_id(partition_id)
-        with ROUTER_SECONDS.time(), typed_errors(self.redis, self.keys):
+        with self._seconds.time(), typed_errors(self.redis, self.keys):
             answer = self._get(pid)
-        ROUTER_ANSWERS.labels(source=answer.source.value).inc()
+        self._answers[answer.source].inc()
         return answer
 
     def _get(self, pid: int) -> Answer:
@@ -135,10 +136,10 @@ class QueryRouter:
             try:
                 records = self.archive.decode_batch(blob)
                 self.decode_successes += 1
-                DECODES.labels(result="success").inc()
+                self._decoded.inc()
             except DecodeError as exc:
                 self.decode_failures += 1
-                DECODES.labels(result="failure").inc()
+                self._undecodable.inc()
                 problem, corrupt = f"archived batch {batch_no} cannot be decoded: {exc}", True
             else:
                 for part in records:
@@ -162,7 +163,7 @@ class QueryRouter:
             return Answer(pid, source, parse(raw))
         except DecodeError as exc:
             self.decode_failures += 1
-            DECODES.labels(result="failure").inc()
+            self._undecodable.inc()
             return self._fallback(pid, f"{source.value} record is corrupt: {exc}")
 
     def _fallback(self, pid: int, problem: str) -> Answer:

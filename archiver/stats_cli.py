@@ -7,10 +7,10 @@ import os
 import socket
 
 import redis
-from tqdm import tqdm
 
 from archiver.config import Config
 from archiver.output import print_json
+from archiver.progress import progress_bar
 from codec import PartArchiveError, ValidationError
 from layers.maintenance import MaintenanceLock
 from stats import StatsChecker, StatsReader
@@ -89,7 +89,7 @@ def verify_stats(client: redis.Redis, config: Config, *, repair: bool, as_json: 
             f"the maintenance lock is held by {lock.holder_now()!r}; repair runs alone: try again when it is free"
         )
     try:
-        with tqdm(desc="checking batches", unit="batch", disable=as_json, leave=False) as bar:
+        with progress_bar(desc="checking batches", unit="batch", disable=as_json, leave=False) as bar:
 
             def progress(done: int, total: int) -> None:
                 bar.total = total

@@ -13,8 +13,13 @@ from layers.liveness import ArchiverHealth
 from layers.transitions import transition_state
 
 
-def collect_status(client: redis.Redis, config: Config) -> dict[str, Any]:
+def collect_status(
+    client: redis.Redis, config: Config, *, archivers: list[ArchiverHealth] | None = None
+) -> dict[str, Any]:
+    """The namespace's layer sizes and queue state; ``archivers`` if the caller has read them already."""
     ns = Namespace(client, config)
+    if archivers is None:
+        archivers = ns.liveness.archivers()
     active, archive, queue = ns.active, ns.archive, ns.queue.state()
     memory = client.info("memory")
     return {
@@ -36,7 +41,7 @@ def collect_status(client: redis.Redis, config: Config) -> dict[str, Any]:
             "consumers": queue.consumers,
             "dead_letters": queue.dead_letters,
         },
-        "archivers_alive": len(ns.liveness.archivers()),
+        "archivers_alive": len(archivers),
         "redis": {
             "used_memory": int(memory["used_memory"]),  # type: ignore[index]
             "used_memory_human": memory["used_memory_human"],  # type: ignore[index]

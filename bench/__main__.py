@@ -5,7 +5,17 @@ from __future__ import annotations
 import sys
 
 from archiver.logs import configure_logging
-from bench import cluster_bench, codec_bench, latency_bench, memory_bench, migrate_bench, stats_bench, tiers_bench
+from bench import (
+    archiver_bench,
+    cluster_bench,
+    codec_bench,
+    dashboard_bench,
+    latency_bench,
+    memory_bench,
+    migrate_bench,
+    stats_bench,
+    tiers_bench,
+)
 
 SECTIONS = {
     "codec": codec_bench.run,
@@ -15,6 +25,8 @@ SECTIONS = {
     "migrate": migrate_bench.run,
     "tiers": tiers_bench.run,
     "cluster": cluster_bench.run,
+    "dashboard": dashboard_bench.run,
+    "archiver": archiver_bench.run,
 }
 
 

@@ -128,7 +128,7 @@ def run() -> tuple[str, bool]:
     out += (
         "Redis cores = server CPU seconds per wall second, summed over the masters; busiest master = the\n"
         "largest single master's share (1.0 = one core saturated, the ceiling of one namespace).\n"
-        "Redis us/p = server CPU per archived partition. flush = PARTARCHIVE_STATS_FLUSH_COUNT (the seed's 100 is\n"
-        "the default; one commit script counts that many partitions). Simple tier, statistics exact.\n"
+        "Redis us/p = server CPU per archived partition. flush = PARTARCHIVE_STATS_FLUSH_COUNT (default 500, the\n"
+        "seed's was 100; one commit script counts that many partitions). Simple tier, statistics exact.\n"
     )
     return out, ok

@@ -15,6 +15,7 @@ namespace a claim first rebuilds them from the hash (`sync`, at most once a seco
 from __future__ import annotations
 
 import functools
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from layers.errors import (
 )
 from layers.keys import KeySchema
 from layers.meta import stored_int, typed_errors
-from layers.metrics import sdk_complete_seconds
+from layers.metrics import LatencyBuffer, latency_argument, sdk_complete_seconds
 from layers.replies import as_text
 from layers.scripts import Scripts
 
@@ -106,6 +107,8 @@ class ActiveLayer:
         self._scripts = Scripts.of(redis_client)
         self._next_sync = 0.0
         self.skipped_records = 0
+        self._latencies = LatencyBuffer()  # handed to Redis with the next completion
+        self._complete_seconds: Any = None
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -268,12 +271,24 @@ class ActiveLayer:
         check_worker_id(worker_id)
         k = self.keys
         now_ms, _, now_elk = self._clock_args()
-        with sdk_complete_seconds().time():
+        latencies = self._latencies.take()
+        started = time.perf_counter()
+        try:
             got = self._run(
                 "complete",
-                [k.active, k.leases, k.counts, k.done, k.queue, *k.go_stats],
-                [pid, worker_id, _version_arg(expected_version), now_ms, now_elk],
+                [k.active, k.leases, k.counts, k.done, k.queue, k.complete_latency, *k.go_stats],
+                [pid, worker_id, _version_arg(expected_version), now_ms, now_elk, latency_argument(latencies)],
             )
+        except BaseException:
+            self._latencies.give_back(latencies)
+            raise
+        elapsed = time.perf_counter() - started
+        if self._complete_seconds is None:  # created on the first completion: importing registers nothing
+            self._complete_seconds = sdk_complete_seconds().labels(namespace=k.namespace)
+        self._complete_seconds.observe(elapsed)
+        self._latencies.observe(elapsed)
+        if as_text(got[0]) != "ok":
+            self._latencies.give_back(latencies)  # the script adds them only when it completes
         if as_text(got[0]) == "already":
             return Completion(pid, already_completed=True)
         _raise_for(got, pid, "complete")

@@ -141,13 +141,15 @@ class ArchiveLayer(BatchSealing):
         """
         k = self.keys
         entry_ids = [entry_id for entry_id, _ in counted if entry_id != "-"]
+        pids = [part.partition_id for _, part in counted]
         args: list[object] = [
             ARCHIVER_GROUP,
             self.policy.compressed_from,
             self.policy.summary_above,
-            ",".join([str(part.partition_id) for _, part in counted]),
+            ",".join(map(str, pids)),
             ",".join(entry_ids),
             ",".join([entry_id for entry_id in ack_only if entry_id != "-"]),
+            max(pids, default=0),
         ]
         for key_pos, op, field, value in ops:
             args += [key_pos + 4, op, field, value]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -171,41 +172,49 @@ class ElkSource:
 
     def pages_in_pid_order(self, key: str) -> Iterator[list[tuple[str, bytes]]]:
         """Every field of a hash whose fields are partition ids, in id order (HKEYS, then HMGET by
-        1,000), so an import touches each batch and statistics range in one stretch; in pages."""
+        1,000, the next page read while the caller works on this one), so an import touches each
+        batch and statistics range in one stretch; in pages."""
         names: Any = self.redis.hkeys(key)
         canonical = [n for n in names if n.isdigit() and len(n) < 20 and n[:1] != b"0"]  # strconv.Itoa's form
         others = sorted(as_text(n) for n in names if not (n.isdigit() and len(n) < 20 and n[:1] != b"0"))
         ordered = [str(i) for i in sorted(map(int, canonical))] + others
-        for start in range(0, len(ordered), _SCAN_COUNT):
-            chunk = ordered[start : start + _SCAN_COUNT]
-            values: Any = self.redis.hmget(key, chunk)
-            yield [(fld, raw) for fld, raw in zip(chunk, values, strict=True) if raw is not None]
+        chunks = [ordered[start : start + _SCAN_COUNT] for start in range(0, len(ordered), _SCAN_COUNT)]
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="partarchive-read") as pool:
+            ahead = [pool.submit(self.redis.hmget, key, chunk) for chunk in chunks[:1]]
+            for i, chunk in enumerate(chunks):
+                values: Any = ahead.pop().result()
+                if i + 1 < len(chunks):
+                    ahead.append(pool.submit(self.redis.hmget, key, chunks[i + 1]))
+                yield [(fld, raw) for fld, raw in zip(chunk, values, strict=True) if raw is not None]
 
-    def completed_in_hash(self, source: str, keep_detail: bool = True) -> Iterator[Item | Rejected]:
-        """Completed records of the active hash (``source='active'``) or of ``elk_archived``, in id
-        order; without ``keep_detail`` the items carry only the archived fields (a bulk import into
-        a batch tier keeps nothing else): a record exactly as Go writes it is then read by one
-        loop per page (`completed_as_archived_page`), anything else by Go's rules one by one."""
+    def completed_in_hash_pages(self, source: str, keep_detail: bool = True) -> Iterator[list[Item | Rejected]]:
+        """Completed records of the active hash (``source='active'``) or of ``elk_archived`` in id
+        order, by pages, with those that cannot be imported as `Rejected`. Without ``keep_detail``
+        the items carry only the archived fields (a bulk import into a batch tier keeps nothing
+        else): records exactly as Go writes them are then read column by column
+        (`completed_as_archived_page`), anything else by Go's rules one by one."""
         key = self.keys.partitions if source == "active" else self.keys.archived
         new = tuple.__new__
         for page in self.pages_in_pid_order(key):
             fast: list[ArchivedPartition | None] = [None] * len(page)
             if not keep_detail:
                 fast = completed_as_archived_page([_loads_or_none(raw) for _, raw in page])
+            out: list[Item | Rejected] = []
             for (fld, raw), archived in zip(page, fast, strict=True):
                 if archived is not None and archived.partition_id <= MAX_PARTITION_ID:
-                    yield new(Item, (None, archived, source, fld, b"", None))
+                    out.append(new(Item, (None, archived, source, fld, b"", None)))
                     continue
                 try:
                     rec = decode_elk(raw)
                 except DecodeError as exc:
-                    yield Rejected(source, fld, f"not a record Go can read: {exc}")
+                    out.append(Rejected(source, fld, f"not a record Go can read: {exc}"))
                     continue
                 if rec.status != "completed":
                     if source == "archived" or rec.status not in ("pending", "claimed", "running", "failed"):
-                        yield Rejected(source, fld, f"status {rec.status!r} in {key}")
+                        out.append(Rejected(source, fld, f"status {rec.status!r} in {key}"))
                     continue
-                yield _item(rec, source, fld, raw, keep_detail=keep_detail)
+                out.append(_item(rec, source, fld, raw, keep_detail=keep_detail))
+            yield out
 
     def completed_pids(self, source: str) -> Iterator[tuple[int, str, bytes]]:
         """(pid, field, value) of every record that says it is completed, read without its times:

@@ -129,6 +129,20 @@ class KeySchema:
             )
         return namespace
 
+    #: SCAN pattern of every namespace's archive meta hash (how the dashboard lists namespaces).
+    ARCHIVE_META_PATTERN = "*_completed:meta"
+
+    @staticmethod
+    def namespace_of_archive_meta(key: str) -> str | None:
+        """The namespace whose `archive_meta` is ``key``; None for a namespace bound to an
+        elk_coordinator prefix (the prefix and the name cannot be told apart in the key)."""
+        name = key.removesuffix("_completed:meta")
+        if name == key or key.startswith("elk:"):
+            return None
+        if name.startswith("{") and name.endswith("}"):
+            name = name[1:-1]
+        return name if _NAMESPACE_RE.fullmatch(name) else None
+
     @property
     def elk(self) -> ElkKeys | None:
         """Go's keys when this namespace is bound to an elk_coordinator deployment."""
@@ -186,6 +200,11 @@ class KeySchema:
     def done(self) -> str:
         """Bitmap: partitions completed through the SDK (set with the queue append)."""
         return f"{self._tagged}_partitions:done"
+
+    @property
+    def complete_latency(self) -> str:
+        """Hash: the worker SDK's completion latencies, counts per bucket ``b{i}`` and ``sum_us``."""
+        return f"{self._tagged}_partitions:complete_latency"
 
     # queue
     @property

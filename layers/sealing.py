@@ -167,7 +167,10 @@ class BatchSealing:
             self.redis.hdel(self.keys.staging(batch_no), *staged.keys())
             return None
         merged = [records[pid] for pid in sorted(records)]
-        workers = self.workers.register((p.worker_id for p in merged), verify=verify_workers)
+        names = {p.worker_id for p in merged}
+        workers = self.workers.map
+        if verify_workers or not all(w in workers for w in names):  # `seal_many` has registered its own
+            workers = self.workers.register(names, verify=verify_workers)
         new_blob = encode_blob(merged, workers)
         return _SealWrite(
             batch_no,

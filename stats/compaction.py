@@ -116,11 +116,17 @@ class StatsCompactor:
         for r in numbers:
             pipe.hget(self.keys.stats_range(r), "last_at")
         newest = pipe.execute()
+        old_after, seen = [False] * len(numbers), False  # whether a later range of the step is old enough
+        for i in range(len(numbers) - 1, -1, -1):
+            old_after[i] = seen
+            seen = seen or (newest[i] is not None and int(newest[i]) < cutoff)
         merged = 0
         cursor = start
-        for r, last_at in zip(numbers, newest, strict=True):
+        for i, (r, last_at) in enumerate(zip(numbers, newest, strict=True)):
             if last_at is not None and int(last_at) >= cutoff:
                 break  # a range still young: the cursor waits here
+            if last_at is None and not old_after[i]:
+                break  # no statistics yet and nothing older after it: not counted yet, not a gap
             if last_at is not None:
                 reply = self._scripts(
                     "stats_merge_range", [self.keys.stats_range(r), self.keys.stats_coarse(coarse_of(r))], []

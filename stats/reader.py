@@ -146,11 +146,13 @@ class StatsReader:
         f = _ints(self.redis.hgetall(self.keys.stats_day(day)))  # type: ignore[arg-type]
         workers = {name[2:]: n for name, n in f.items() if name.startswith("w:")}
         hourly = [f.get(f"h{h:02d}", 0) for h in range(24)]
+        per_hour = [(f.get(f"s{h:02d}", 0), f.get(f"h{h:02d}", 0)) for h in range(24)]  # summed durations, count
         rolled = "d" in f  # hours older than the statistics retention were rolled into the day
         return {
             "day": day,
             "level": "daily" if rolled else "hourly",
             "hourly_completion": None if rolled else hourly,
+            "hourly_avg_duration": None if rolled else [_avg(s, n) if n else None for s, n in per_hour],
             "worker_completions": dict(sorted(workers.items())),
             "total": f.get("d", 0) + sum(hourly),
         }

@@ -61,6 +61,9 @@ def add_partitions(
 ) -> None:
     """Add every rollup update that ``parts`` imply (global, worker, range, day).
 
+    A day's hash counts completions per hour (``h00``..``h23``), sums their durations per hour
+    (``s00``..``s23``, seconds) and counts them per worker (``w:{worker_id}``).
+
     Per-worker fields are ``{worker_id}:c`` (count), ``:d`` (duration), ``:p`` (processed
     data), read back with ``rpartition(":")``, so a worker ID holding ``:`` is still
     unambiguous, and no worker registry round trip is needed to count.
@@ -140,6 +143,11 @@ def add_partitions(
     hours = [t // 3600 for t in ats]
     for hour, n in Counter(hours).items():
         builder.add(keys.stats_day(_day_name(hour // 24)), f"h{hour % 24:02d}", n)
+    seconds: dict[int, int] = defaultdict(int)
+    for hour, duration in zip(hours, durations, strict=True):
+        seconds[hour] += duration
+    for hour, summed in seconds.items():
+        builder.add(keys.stats_day(_day_name(hour // 24)), f"s{hour % 24:02d}", summed)
     for (day, worker), n in Counter(zip([h // 24 for h in hours], workers, strict=True)).items():
         builder.add(keys.stats_day(_day_name(day)), f"w:{worker}", n)
 

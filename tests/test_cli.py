@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
+
 import orjson
 import pytest
 import redis
 
 from layers import ActiveLayer
-from tests.helpers import run_cli
+from tests.helpers import cli_env, run_cli
 
 
 def test_get_found_not_found_and_json(engine_url: str, real_redis: redis.Redis, namespace: str) -> None:
@@ -42,6 +47,20 @@ def test_bad_input_is_one_line_and_exit_2(engine_url: str, namespace: str, args:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--redis-url", "redis://admin:hunter2@127.0.0.1:6379/0", "status"],  # a flag before the command
+        ["status", "--bogus", "rediss://:hunter2@example.invalid:6380/0"],
+        ["get", "redis://u:hunter2@h/0"],
+    ],
+)
+def test_a_password_typed_in_the_wrong_place_is_not_echoed(engine_url: str, namespace: str, args: list[str]) -> None:
+    result = run_cli(engine_url, namespace, *args)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "hunter2" not in result.stderr + result.stdout and "***@" in result.stderr
+
+
 def test_unreachable_redis_is_one_line(namespace: str) -> None:
     result = run_cli("redis://127.0.0.1:1/0", namespace, "status")
     assert result.returncode == 2
@@ -58,6 +77,33 @@ def test_status_json_and_table(engine_url: str, real_redis: redis.Redis, namespa
     assert report["queue"]["backlog"] == 1
     table = run_cli(engine_url, namespace, "status")
     assert table.returncode == 0 and "queue backlog" in table.stdout
+
+
+def test_status_of_a_namespace_that_is_not_there(engine_url: str, namespace: str) -> None:
+    result = run_cli(engine_url, namespace, "status")
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == f"partarchive: no such namespace {namespace!r} on this server\n"
+
+
+def test_status_watch_prints_again_until_interrupted(engine_url: str, real_redis: redis.Redis, namespace: str) -> None:
+    ActiveLayer(real_redis, namespace).create_partitions(1, 3000, 1000)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "archiver", "status", "--watch", "0.2"],
+        env=cli_env(engine_url, namespace),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    seen, deadline = [], time.monotonic() + 60
+    while sum("active partitions" in line for line in seen) < 3 and time.monotonic() < deadline:
+        seen.append(proc.stdout.readline())
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert "".join(seen).count("active partitions") == 3  # printed again every 0.2 s
+    bad = run_cli(engine_url, namespace, "status", "--watch", "0")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--watch" in bad.stderr
 
 
 def test_demo_against_a_server(engine_url: str, real_redis: redis.Redis, namespace: str) -> None:
@@ -91,3 +137,4 @@ def test_version_human_times_and_a_busy_metrics_port(engine_url: str, real_redis
         refused = run_cli(engine_url, namespace, "run", "--metrics-port", str(port))
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
     assert f"cannot serve metrics on 127.0.0.1:{port}" in refused.stderr and "Traceback" not in refused.stderr
+

@@ -14,7 +14,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from codec import ArchivedPartition, DecodeError, ValidationError
-from codec.elk import ElkRecord, archived_as_elk, completed_as_archived, decode_elk, encode_elk, parse_archived
+from codec.elk import (
+    ElkRecord,
+    archived_as_elk,
+    completed_as_archived,
+    completed_as_archived_page,
+    decode_elk,
+    encode_elk,
+    parse_archived,
+)
 from codec.elk_batch import decode_elk_batch, encode_elk_batch
 from codec.gojson import ZERO_TIME, GoTime, go_json, go_string
 
@@ -240,6 +248,30 @@ def test_the_bulk_import_shortcut_agrees_with_the_general_path(rec: ElkRecord, c
         return
     assert rec.status == "completed"
     assert got == decode_elk(encode_elk(rec)).to_archived()
+
+
+@given(
+    st.lists(
+        st.tuples(go_records.filter(_no_surrogates), st.sampled_from(["updated_at", "created_at", "last_heartbeat"]),
+                  st.sampled_from([None, "", "x", "Z", "\n", "2024-02-30T00:00:00Z", "2024-01-01T24:00:00Z",
+                                   "2024-01-01T00:00:00+24:00", "2024-01-01T00:00:00.Z", 7])),
+        min_size=1, max_size=12,
+    )
+)
+def test_a_page_is_read_as_each_record_alone(rows: list[tuple[ElkRecord, str, Any]]) -> None:
+    """The page's column-wise path gives what the one-record path gives, record by record."""
+    page = []
+    for rec, member, noise in rows:
+        rec = rec._replace(status="completed", worker_id=rec.worker_id or "w", partition_id=rec.partition_id & 0xFFFF)
+        data = orjson.loads(encode_elk(rec))
+        if noise is not None:
+            data[member] = noise if not isinstance(noise, str) or noise[:1].isdigit() else data[member] + noise
+        page.append(data)
+    got = completed_as_archived_page(page)
+    assert got == [completed_as_archived(d) for d in page]
+    for data, archived in zip(page, got, strict=True):
+        if archived is not None:
+            assert archived == decode_elk(orjson.dumps(data)).to_archived()
 
 
 def test_the_bulk_import_shortcut_takes_what_go_writes() -> None:

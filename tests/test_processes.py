@@ -22,7 +22,10 @@ def test_one_process_serves_several_namespaces_fairly(engine_url: str, real_redi
         for name in names:
             complete_partitions(real_redis, name, 1500)
         archives = [ArchiveLayer(real_redis, KeySchema(name)) for name in names]
-        proc = start_archiver(engine_url, names[0], "--namespace", ",".join(names), "--read-count", "100")
+        proc = start_archiver(  # a commit per page read, so progress shows round by round
+            engine_url, names[0], "--namespace", ",".join(names), "--read-count", "100",
+            PARTARCHIVE_STATS_FLUSH_COUNT="100",
+        )  # fmt: skip
         try:
             wait_for(lambda: sum(a.archived_total() for a in archives) >= 900, 60, "the first rounds")
             first = [a.archived_total() for a in archives]

@@ -40,6 +40,7 @@ def by_definition(parts: list[ArchivedPartition], width: int) -> dict[tuple[str,
             (rng, f"{p.worker_id}:d", p.duration),
             (rng, f"{p.worker_id}:p", data),
             (KEYS.stats_day(day), f"h{p.completed_at // 3600 % 24:02d}", 1),
+            (KEYS.stats_day(day), f"s{p.completed_at // 3600 % 24:02d}", p.duration),
             (KEYS.stats_day(day), f"w:{p.worker_id}", 1),
         ]:
             sums[(key, field)] += value

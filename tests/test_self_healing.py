@@ -11,8 +11,8 @@ import redis
 from fastapi.testclient import TestClient
 
 from archiver import ArchiverDaemon, Config, QueryRouter, Source
-from archiver.api import create_app
 from archiver.daemon import drain
+from archiver.web import create_app
 from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy, WrongKeyType
 from layers.errors import CorruptMetadata
@@ -102,7 +102,7 @@ def test_readiness_reports_no_live_archiver_while_the_queue_grows(real_redis: re
         _daemon(real_redis, namespace).beat()
         assert http.get("/readyz").status_code == 200
         metrics = http.get("/metrics").text
-        assert "partarchive_archivers_alive 1.0" in metrics
+        assert f'partarchive_archivers_alive{{namespace="{namespace}"}} 1.0' in metrics
 
 
 def test_queue_lag_is_exact_when_entries_are_deleted(real_redis: redis.Redis, namespace: str) -> None:

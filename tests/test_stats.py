@@ -241,9 +241,16 @@ def test_router_answers_expired_partitions_from_the_range_statistics(real_redis:
         maintenance_interval_s=0,
     )
     complete_partitions(real_redis, namespace, 120)
-    drain(ArchiverDaemon(real_redis, config, consumer="t"))
+    daemon = ArchiverDaemon(real_redis, config, consumer="t")
+    drain(daemon)  # its one commit moves the namespace to the summary tier
     router = QueryRouter(real_redis, namespace, policy=config.policy)
-    wait_for(lambda: router.get(5).source is Source.STATISTICS, what="expiry", timeout=15)
+
+    def expired() -> bool:
+        daemon.run_once(block_ms=1)  # the daemon's next rounds: maintenance indexes the batches for expiry
+        return router.get(5).source is Source.STATISTICS
+
+    wait_for(expired, what="expiry", timeout=15)
+    daemon.release_lock()
     answer = router.get(5)
     assert answer.degraded and answer.summary is not None
     assert answer.summary["partition_count"] == 120 and answer.summary["partitions"] == [0, 999]

@@ -253,3 +253,25 @@ def test_statistics_keep_their_own_retention(real_redis: redis.Redis, namespace:
     assert not StatsChecker(real_redis, keys).check().ok
     assert StatsChecker(real_redis, keys).check(repair=True).repaired_keys >= 1
     assert StatsChecker(real_redis, keys).check().ok
+
+
+def test_compaction_before_the_first_commit_leaves_the_ranges_alone(real_redis: redis.Redis, namespace: str) -> None:
+    """A maintenance round in a namespace with nothing counted yet (an idle daemon) must not move the
+    merge cursor past ranges that simply have no statistics yet."""
+    from archiver.commit import CommitBuffer
+    from stats import StatsCompactor
+
+    keys = KeySchema(namespace)
+    compactor = StatsCompactor(real_redis, keys, range_width=100, range_keep_days=30)
+    while compactor.step(now=NOW):
+        pass
+    layer = ArchiveLayer(real_redis, keys, TierPolicy())
+    ArchiveQueue(real_redis, keys).ensure_group()
+    parts = [ArchivedPartition(p, p * 10, p * 10 + 9, "w", NOW - 60, 5) for p in range(1, 301)]
+    layer.write_detail(parts)
+    acc = CommitBuffer(layer, range_width=100)
+    acc.add([("-", p) for p in parts])
+    acc.flush()
+    while compactor.step(now=NOW):
+        pass
+    assert StatsReader(real_redis, keys).range_stats(0)["level"] == "range"  # type: ignore[index]

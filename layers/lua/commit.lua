@@ -11,7 +11,8 @@
 -- ARGV[4] counted pids, comma-separated
 -- ARGV[5] their queue entry ids, comma-separated ('' for an import, which has no entries)
 -- ARGV[6] entry ids to acknowledge only, comma-separated ('' if none)
--- ARGV[7..] quads until the end: key index, op, field, value (op: '+' HINCRBY, '<' keep min, '>' keep max)
+-- ARGV[7] the largest counted pid (0 if none)
+-- ARGV[8..] quads until the end: key index, op, field, value (op: '+' HINCRBY, '<' keep min, '>' keep max)
 -- Returns {'dup', pid...} or {'ok', total archived, tier, n}; {'err', 'wrong_type', what} or
 -- {'err', 'corrupt_meta', field} (nothing written) when a key or the meta hash is not ours.
 local function split(list)
@@ -22,17 +23,17 @@ local function split(list)
   return out
 end
 
-local function bitfield(op, pids, first, last)
-  local args = {}
+-- BITFIELD arguments to GET and to SET the bits of ids[first..last] (1,000 at most per call)
+local function bitfield_args(ids, first, last)
+  local get, set = {}, {}
+  local g, s = 0, 0
   for i = first, last do
-    args[#args + 1] = op
-    args[#args + 1] = 'u1'
-    args[#args + 1] = pids[i]
-    if op == 'SET' then
-      args[#args + 1] = 1
-    end
+    local id = ids[i]
+    get[g + 1], get[g + 2], get[g + 3] = 'GET', 'u1', id
+    set[s + 1], set[s + 2], set[s + 3], set[s + 4] = 'SET', 'u1', id, 1
+    g, s = g + 3, s + 4
   end
-  return redis.call('BITFIELD', KEYS[1], unpack(args))
+  return get, set
 end
 
 local function ack(ids)
@@ -63,7 +64,7 @@ if meta[3] and not rank[meta[3]] then
 end
 -- every statistics field the ops touch, one HMGET per key: checked here, reused below
 local current, fields_of = {}, {}
-for i = 7, #ARGV, 4 do
+for i = 8, #ARGV, 4 do
   local k = tonumber(ARGV[i])
   fields_of[k] = fields_of[k] or {}
   table.insert(fields_of[k], i)
@@ -84,10 +85,12 @@ for k, ops in pairs(fields_of) do
 end
 local pids = split(ARGV[4])
 local n = #pids
-local dups = {}
+local dups, sets = {}, {}
 for first = 1, n, 1000 do
   local last = math.min(n, first + 999)
-  for i, bit in ipairs(bitfield('GET', pids, first, last)) do
+  local get, set = bitfield_args(pids, first, last)
+  sets[#sets + 1] = set
+  for i, bit in ipairs(redis.call('BITFIELD', KEYS[1], unpack(get))) do
     if bit == 1 then
       dups[#dups + 1] = pids[first + i - 1]
     end
@@ -98,20 +101,14 @@ if #dups > 0 then
   return dups
 end
 local meta_max = tonumber(meta[1] or '0')
-local max_pid = meta_max
-for first = 1, n, 1000 do
-  bitfield('SET', pids, first, math.min(n, first + 999))
-end
-for i = 1, n do
-  local pid = tonumber(pids[i])
-  if pid > max_pid then
-    max_pid = pid
-  end
+local max_pid = math.max(meta_max, tonumber(ARGV[7]))
+for _, set in ipairs(sets) do
+  redis.call('BITFIELD', KEYS[1], unpack(set))
 end
 ack(split(ARGV[5]))
 ack(split(ARGV[6]))
 local keep = {}
-for i = 7, #ARGV, 4 do
+for i = 8, #ARGV, 4 do
   local k, op, field, value = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   if op == '+' then
     redis.call('HINCRBY', KEYS[k], field, value)

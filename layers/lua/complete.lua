@@ -1,10 +1,13 @@
 -- Complete a partition: remove it from the active layer and append it to the archive queue,
 -- atomically. A second call finds the `done` bit and appends nothing.
 -- KEYS[1] active hash   KEYS[2] leases zset   KEYS[3] counts hash   KEYS[4] done bitmap
--- KEYS[5] archive queue stream
--- KEYS[6] elk_coordinator's stats hash (only when the namespace is bound to a Go deployment)
+-- KEYS[5] archive queue stream   KEYS[6] the SDK's completion latency hash
+-- KEYS[7] elk_coordinator's stats hash (only when the namespace is bound to a Go deployment)
 -- ARGV[1] pid   ARGV[2] worker_id   ARGV[3] expected version ('' = any)   ARGV[4] now (unix ms)
 -- ARGV[5] now as RFC 3339 JSON text
+-- ARGV[6] the caller's completion latencies since its previous call, 'bucket:count,...;sum_us'
+--         ('' for none), added to KEYS[6] when the call completes the partition (the caller keeps
+--         them for its next call otherwise); skipped, not an error, if that hash was tampered with
 -- Returns {'ok', archived JSON, stream entry id} | {'already'} | {'err', code, detail}.
 --
 -- The queue entry of a native record is the archived form (pid, range, worker, completed_at,
@@ -13,11 +16,34 @@
 -- Redis does not roll a script back when a command fails, so every key's type is checked
 -- before the first write, and XADD, the write most likely to be refused (a full server),
 -- comes first: a failure leaves no trace.
-local bad_type = wrong_type({'hash', 'zset', 'hash', 'string', 'stream', 'hash'})
+local bad_type = wrong_type({'hash', 'zset', 'hash', 'string', 'stream', 'hash', 'hash'})
 bad_type = bad_type or corrupt_counts(KEYS[3])
 if bad_type then
   return bad_type
 end
+-- the latency fields this call adds to, read and checked before the first write
+local latency_fields, latency_values = {}, {}
+local pairs_text, sum_us = string.match(ARGV[6], '^([%d:,]+);(%d+)$')
+if pairs_text then
+  for bucket, count in string.gmatch(pairs_text, '(%d+):(%d+)') do
+    latency_fields[#latency_fields + 1] = 'b' .. bucket
+    latency_values[#latency_values + 1] = count
+  end
+  latency_fields[#latency_fields + 1] = 'sum_us'
+  latency_values[#latency_values + 1] = sum_us
+  for _, value in ipairs(redis.call('HMGET', KEYS[6], unpack(latency_fields))) do
+    if value and not string.match(value, '^%d+$') then
+      latency_fields = {}
+      break
+    end
+  end
+end
+local function add_latency()
+  for i, field in ipairs(latency_fields) do
+    redis.call('HINCRBY', KEYS[6], field, latency_values[i])
+  end
+end
+
 local pid = ARGV[1]
 if redis.call('GETBIT', KEYS[4], pid) == 1 and redis.call('HEXISTS', KEYS[1], pid) == 0 then
   return {'already'}
@@ -45,6 +71,7 @@ local id = redis.call('XADD', KEYS[5], '*', 'p', archived)
 redis.call('HDEL', KEYS[1], pid)
 redis.call('ZREM', KEYS[2], pid)
 redis.call('HINCRBY', KEYS[3], rec.status, -1)
-go_stats_move(KEYS[6], rec.status, 'completed')
+go_stats_move(KEYS[7], rec.status, 'completed')
 redis.call('SETBIT', KEYS[4], pid, 1)
+add_latency()
 return {'ok', archived, id}

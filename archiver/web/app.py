@@ -1,4 +1,6 @@
-"""The read-only query-router HTTP API (FastAPI), with ``/metrics``.
+"""The read-only query-router HTTP API (FastAPI), with ``/metrics``, offline ``/docs`` and
+``/redoc``, and the dashboard (``/``, its assets under ``/static``, its data at
+``/dashboard/overview``).
 
 Every error is a JSON body ``{"error": ..., "detail": ...}`` with a 4xx/5xx status; no
 stack trace ever leaves the process.
@@ -8,13 +10,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from pathlib import Path as FilePath
 from typing import Annotated, Any, Literal
 
 import redis
 import structlog
 from fastapi import FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from pydantic import BaseModel
 from redis.exceptions import RedisClusterException
@@ -24,6 +29,9 @@ from archiver.config import Config
 from archiver.metrics import register_state_collector
 from archiver.namespace import Namespace
 from archiver.router import QueryRouter
+from archiver.version import installed_version
+from archiver.web.docs import add_offline_redoc
+from archiver.web.overview import NamespaceList, collect_overview
 from codec import PartArchiveError, ValidationError
 from layers import MAX_PARTITION_ID
 from layers.meta import is_wrong_type, wrong_type_error
@@ -31,6 +39,7 @@ from layers.meta import is_wrong_type, wrong_type_error
 log = structlog.get_logger("partarchive.api")
 
 MAX_API_ID = 2**53
+STATIC = FilePath(__file__).parent / "static"
 
 
 class ErrorBody(BaseModel):
@@ -102,7 +111,17 @@ def create_app(client: redis.Redis, config: Config) -> FastAPI:
         finally:
             REGISTRY.unregister(collector)
 
-    app = FastAPI(title="partarchive query router", version="0.1.0", lifespan=lifespan, description=API_DESCRIPTION)
+    app: FastAPI = FastAPIOffline(
+        title="partarchive query router",
+        version=installed_version(),
+        lifespan=lifespan,
+        description=API_DESCRIPTION,
+        static_url="/static/docs",
+        redoc_url=None,
+    )
+    add_offline_redoc(app, favicon_url="/static/docs/favicon.png")
+    app.mount("/static/dashboard", StaticFiles(directory=STATIC), name="dashboard")
+    namespaces = NamespaceList(ns)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -189,6 +208,15 @@ def create_app(client: redis.Redis, config: Config) -> FastAPI:
     def get_stats() -> dict[str, Any]:
         """Active counts merged with the completed rollups."""
         return reader.stats()
+
+    @app.get("/", include_in_schema=False)
+    def dashboard() -> FileResponse:
+        return FileResponse(STATIC / "index.html", media_type="text/html")
+
+    @app.get("/dashboard/overview", responses=ERRORS)
+    def overview() -> dict[str, Any]:
+        """Everything the dashboard shows for this namespace, read without scanning the archive."""
+        return collect_overview(ns, namespaces)
 
     @app.get("/healthz", response_model=StatusBody)
     def healthz() -> Any:

@@ -1,0 +1,157 @@
+// The partarchive dashboard: reads /dashboard/overview every 5 s and answers lookups from
+// /partitions/{id}. Text from Redis (worker ids, reasons) is only ever set as textContent.
+"use strict";
+
+const REFRESH_MS = 5000;
+const SVG = "http://www.w3.org/2000/svg";
+const $ = (id) => document.getElementById(id);
+const fmt = (n) => (n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US"));
+
+function seconds(s) {
+  if (s === null || s === undefined) return "–";
+  if (s < 120) return `${s.toFixed(1)} s`;
+  if (s < 7200) return `${(s / 60).toFixed(1)} min`;
+  return `${(s / 3600).toFixed(1)} h`;
+}
+
+function bytes(n) {
+  if (n === null || n === undefined) return "–";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i += 1; }
+  return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
+}
+
+function rows(table, pairs, header) {
+  table.replaceChildren();
+  if (header) {
+    const tr = table.insertRow();
+    for (const h of header) { const th = document.createElement("th"); th.textContent = h; tr.append(th); }
+  }
+  for (const cells of pairs) {
+    const tr = table.insertRow();
+    cells.forEach((value, i) => {
+      const cell = document.createElement(i === 0 && !header ? "th" : "td");
+      cell.textContent = value;
+      tr.append(cell);
+    });
+  }
+}
+
+function chart(el, series) {
+  const w = 960, h = 220, pad = 28;
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
+  svg.setAttribute("preserveAspectRatio", "none");
+  const maxCount = Math.max(1, ...series.map((p) => p.completed));
+  const durations = series.map((p) => p.avg_duration_s).filter((d) => d !== null);
+  const maxDuration = Math.max(1, ...durations);
+  const step = (w - 2 * pad) / series.length;
+  const add = (name, attrs, text) => {
+    const node = document.createElementNS(SVG, name);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+    if (text !== undefined) node.textContent = text;
+    svg.append(node);
+    return node;
+  };
+  add("line", { class: "axis", x1: pad, y1: h - pad, x2: w - pad, y2: h - pad });
+  series.forEach((p, i) => {
+    const bh = ((h - 2 * pad) * p.completed) / maxCount;
+    const bar = add("rect", { class: "bar", x: pad + i * step + 1, y: h - pad - bh, width: Math.max(1, step - 2), height: bh });
+    const tip = document.createElementNS(SVG, "title");
+    tip.textContent = `${p.hour}: ${fmt(p.completed)} completed, mean ${p.avg_duration_s ?? "–"} s`;
+    bar.append(tip);
+    if (i % 6 === 0) add("text", { x: pad + i * step, y: h - pad + 14 }, p.hour.slice(5, 13).replace("T", " "));
+  });
+  const points = series
+    .map((p, i) => (p.avg_duration_s === null ? null : `${pad + (i + 0.5) * step},${h - pad - ((h - 2 * pad) * p.avg_duration_s) / maxDuration}`))
+    .filter((p) => p !== null);
+  if (points.length > 1) add("polyline", { class: "duration", points: points.join(" ") });
+  for (const point of points) {
+    const [x, y] = point.split(",");
+    add("circle", { class: "duration-point", cx: x, cy: y, r: 3 });
+  }
+  add("text", { x: 2, y: pad - 10 }, `${fmt(maxCount)}/h`);
+  add("text", { x: w - pad - 60, y: pad - 10 }, `${fmt(Math.round(maxDuration))} s`);
+  el.replaceChildren(svg);
+}
+
+function show(o) {
+  const select = $("namespaces");
+  select.replaceChildren(...o.namespaces.map((name) => new Option(name, name, false, name === o.namespace)));
+  $("updated").textContent = `updated ${new Date(o.generated_at * 1000).toISOString().slice(11, 19)} UTC`;
+
+  $("active-total").textContent = fmt(o.active.size);
+  rows($("active-by-status"), Object.entries(o.active.by_status).map(([k, v]) => [k, fmt(v)]));
+
+  $("queue-backlog").textContent = fmt(o.queue.backlog);
+  $("queue-pending").textContent = fmt(o.queue.pending);
+  $("queue-oldest").textContent = o.queue.pending ? seconds(o.queue.oldest_pending_age_s) : "–";
+  $("dead-count").textContent = fmt(o.dead_letters.count);
+
+  const a = o.archive;
+  $("tier").textContent = a.tier;
+  $("archived-total").textContent = fmt(a.archived_total);
+  $("bytes-per-partition").textContent = a.bytes_per_partition === null ? "–" : `${a.bytes_per_partition} B`;
+  $("compression").textContent = a.compression_ratio ? `${a.compression_ratio}x` : "–";
+  $("redis-memory").textContent = o.redis.used_memory_human;
+  rows($("tier-bytes"), Object.entries(a.bytes).map(([k, v]) => [k.replace("_", " "), bytes(v)]));
+
+  chart($("chart"), o.series);
+
+  $("archiver-count").textContent = `(${o.archivers.length})`;
+  rows(
+    $("archivers"),
+    o.archivers.map((h) => [h.consumer, h.host, String(h.pid), `${fmt(h.rate)}/s`, fmt(h.pending), `${h.last_beat_age_s} s ago`]),
+    ["consumer", "host", "pid", "rate", "holding", "last beat"],
+  );
+  rows(
+    $("dead-letters"),
+    o.dead_letters.latest.map((d) => [d.id, String(d.entry ?? ""), d.reason]),
+    ["id", "entry", "reason"],
+  );
+}
+
+async function refresh() {
+  try {
+    const response = await fetch("/dashboard/overview", { cache: "no-store" });
+    const body = await response.json();
+    if (!response.ok) throw new Error(`${body.error}${body.detail ? ": " + JSON.stringify(body.detail) : ""}`);
+    show(body);
+    $("error").hidden = true;
+  } catch (err) {
+    $("error").textContent = `cannot read the overview: ${err.message}`;
+    $("error").hidden = false;
+  }
+}
+
+async function lookup(event) {
+  event.preventDefault();
+  const pid = $("pid").value.trim();
+  const answer = $("lookup-answer"), record = $("lookup-record");
+  record.textContent = "";
+  if (!/^\d{1,16}$/.test(pid)) { answer.textContent = "a partition id is a whole number"; return; }
+  const response = await fetch(`/partitions/${pid}`, { cache: "no-store" });
+  const text = await response.text(); // shown as sent: ids beyond 2^53 stay exact
+  let body = {};
+  try { body = JSON.parse(text); } catch (_) { /* shown raw below */ }
+  if (response.ok) {
+    answer.textContent = `partition ${pid}: ${body.status}, answered by the ${body.source} layer${body.degraded ? " (degraded)" : ""}`;
+  } else if (response.status === 404) {
+    answer.textContent = `partition ${pid}: not found`;
+  } else {
+    answer.textContent = `partition ${pid}: ${body.error || response.statusText}`;
+  }
+  record.textContent = text;
+}
+
+let timer = null;
+function schedule() {
+  clearInterval(timer);
+  if ($("auto").checked) timer = setInterval(refresh, REFRESH_MS);
+}
+
+$("lookup").addEventListener("submit", lookup);
+$("auto").addEventListener("change", schedule);
+refresh();
+schedule();

@@ -1,0 +1,127 @@
+"""The dashboard: its data endpoint on each engine, and the page itself in headless Chromium."""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from archiver import ArchiverDaemon, Config
+from archiver.daemon import drain
+from archiver.web import create_app
+from layers import ActiveLayer, KeySchema
+from tests.browser import CHROMIUM_ARGS, chromium_path, screenshot_path
+from tests.conftest import delete_namespace
+from tests.helpers import free_port, start_server, wait_for
+
+
+def _populate(client: redis.Redis, namespace: str, created: int = 30, claimed: int = 25, completed: int = 20) -> None:
+    """``created`` partitions: ``completed`` archived, the rest claimed or pending; one dead letter."""
+    config = Config(namespace=namespace, block_ms=10)
+    active = ActiveLayer(client, namespace)
+    active.create_partitions(1, created * 100, 100)
+    for i in range(claimed):
+        part = active.claim(f"worker-{i % 3}")
+        assert part is not None
+        if i < completed:
+            active.complete(part.partition_id, f"worker-{i % 3}")
+    client.xadd(KeySchema.of(namespace, client=client).queue, {"p": b"{not json"})
+    drain(ArchiverDaemon(client, config, consumer="dash"))
+
+
+def test_the_overview_adds_up(server_redis: redis.Redis, namespace: str) -> None:
+    _populate(server_redis, namespace)
+    with TestClient(create_app(server_redis, Config(namespace=namespace))) as http:
+        o = http.get("/dashboard/overview").json()
+    assert o["namespace"] == namespace and namespace in o["namespaces"]
+    assert o["active"]["size"] == 10
+    assert o["active"]["by_status"]["pending"] == 5
+    assert o["active"]["by_status"]["claimed"] + o["active"]["by_status"].get("running", 0) == 5
+    assert o["archive"]["archived_total"] == 20 and o["archive"]["tier"] == "simple"
+    assert o["archive"]["bytes"]["index"] > 0 and o["archive"]["bytes"]["simple_hash"] > 0
+    assert o["archive"]["bytes_per_partition"] > 0
+    assert len(o["series"]) == 48
+    assert sum(p["completed"] for p in o["series"]) == 20  # completed just now: the last hours hold them all
+    assert all(p["avg_duration_s"] is not None for p in o["series"] if p["completed"])
+    assert o["queue"]["backlog"] == 0 and o["dead_letters"]["count"] == 1
+    assert o["dead_letters"]["latest"][0]["reason"]
+
+
+def test_the_page_and_its_assets_are_served_from_the_package(real_redis: redis.Redis, namespace: str) -> None:
+    with TestClient(create_app(real_redis, Config(namespace=namespace))) as http:
+        page = http.get("/")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assets = re.findall(r'(?:src|href)="(/static/[^"]+)"', page.text)
+        assert len(assets) == 2
+        for path in assets:
+            assert http.get(path).status_code == 200
+        assert "//" not in "".join(re.findall(r'(?:src|href)="([^"]+)"', page.text)).replace("data:,", "")
+        for path in ("/docs", "/redoc"):
+            html = http.get(path).text
+            urls = re.findall(r'(?:src|href|url)\s*[=:]\s*["\']([^"\']+)["\']', html)
+            assert urls and not [u for u in urls if u.startswith(("http:", "https:", "//"))], urls
+            assert all(http.get(u).status_code == 200 for u in urls if u.startswith("/static/"))
+
+
+@pytest.fixture
+def served(engine_url: str, namespace: str) -> Iterator[tuple[str, redis.Redis]]:
+    client = redis.Redis.from_url(engine_url)
+    _populate(client, namespace)
+    port = free_port()
+    proc = start_server(engine_url, namespace, port)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: httpx.get(f"{base}/healthz").status_code == 200, what="serve to answer")
+        yield base, client
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=15)
+        delete_namespace(client, namespace)
+        client.close()
+
+
+def test_the_dashboard_in_chromium(served: tuple[str, redis.Redis], request: pytest.FixtureRequest) -> None:
+    """Headless Chromium (Debian's, driven by Playwright): the page loads offline with no console
+    error, shows the engine's numbers, looks a partition up; a screenshot is kept."""
+    from playwright.sync_api import sync_playwright
+
+    base, _ = served
+    errors: list[str] = []
+    outside: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1100})
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.route(re.compile(r"^(?!http://127\.0\.0\.1:).*"), lambda r: (outside.append(r.request.url), r.abort()))
+            page.goto(base + "/")
+            page.wait_for_function("document.getElementById('archived-total').textContent === '20'")
+            assert page.text_content("#active-total") == "10"
+            assert page.text_content("#dead-count") == "1"
+            assert page.text_content("#tier") == "simple"
+            assert page.locator("#chart svg rect.bar").count() == 48
+            assert page.locator("#chart svg circle.duration-point").count() >= 1
+            assert page.locator("#archivers tr").count() == 2  # the header and the daemon that drained
+            assert page.text_content("#archivers tr:nth-child(2) td") == "dash"
+            page.fill("#pid", "3")
+            page.click("button[type=submit]")
+            page.wait_for_function("document.getElementById('lookup-answer').textContent.includes('archive')")
+            assert '"partition_id":3' in page.text_content("#lookup-record")
+            page.fill("#pid", "29")
+            page.click("button[type=submit]")
+            page.wait_for_function("document.getElementById('lookup-answer').textContent.includes('active')")
+            page.screenshot(path=str(screenshot_path(request.config, "dashboard.png")), full_page=True)
+            for path, ready in (("/docs", ".swagger-ui .opblock"), ("/redoc", "redoc-wrap, .redoc-wrap")):
+                page.goto(base + path)
+                page.wait_for_selector(ready, timeout=15_000)
+        finally:
+            browser.close()
+    assert not errors, (errors, outside)
+    assert not outside, outside
+

@@ -1,0 +1,118 @@
+"""Prometheus that adds up: a namespace label on every series, the workers' completion latency
+kept in Redis, and alert rules and Grafana queries that never sum what every process exports."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import redis
+import yaml
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from archiver import Config
+from archiver.web import create_app
+from layers import ActiveLayer, KeySchema
+from layers.metrics import COMPLETE_BUCKETS
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = yaml.safe_load((ROOT / "deploy/prometheus/alerts.yml").read_text())["groups"][0]["rules"]
+GRAFANA = json.loads((ROOT / "deploy/grafana/partarchive.json").read_text())
+QUERIES = [t["expr"] for panel in GRAFANA["panels"] for t in panel["targets"]]
+
+
+def _scrape(client: redis.Redis, namespace: str) -> str:
+    with TestClient(create_app(client, Config(namespace=namespace))) as http:
+        return http.get("/metrics").text
+
+
+def _shared_gauges(text: str) -> set[str]:
+    """The series every process exports alike: the layer state read from Redis."""
+    return {
+        family.name
+        for family in text_string_to_metric_families(text)
+        if family.name.startswith("partarchive_") and family.type in ("gauge", "histogram")
+        and family.name not in ("partarchive_router_seconds",)
+    }  # fmt: skip
+
+
+def test_every_series_has_the_namespace(real_redis: redis.Redis, namespace: str) -> None:
+    layer = ActiveLayer(real_redis, namespace)
+    layer.create_partitions(1, 2000, 1000)
+    part = layer.claim("w")
+    assert part is not None
+    layer.complete(part.partition_id, "w")
+    text = _scrape(real_redis, namespace)
+    families = [f for f in text_string_to_metric_families(text) if f.name.startswith("partarchive_")]
+    assert len(families) > 20
+    for family in families:  # the process counters also hold earlier tests' namespaces
+        for sample in family.samples:
+            assert sample.labels.get("namespace"), (family.name, sample)
+        assert namespace in {sample.labels["namespace"] for sample in family.samples}, family.name
+
+
+def test_the_workers_completion_latency_is_kept_in_redis(real_redis: redis.Redis, namespace: str) -> None:
+    """Each completion hands the SDK's earlier latencies to Redis in the same call: two workers'
+    completions add up in the exported histogram; a tampered hash is skipped, not an error."""
+    first, second = ActiveLayer(real_redis, namespace), ActiveLayer(real_redis, namespace)
+    first.create_partitions(1, 11_000, 1000)
+    for layer, worker, count in ((first, "w1", 6), (second, "w2", 4)):
+        for _ in range(count):
+            part = layer.claim(worker)
+            assert part is not None
+            layer.complete(part.partition_id, worker)
+
+    def histogram() -> dict[str, float]:
+        text = _scrape(real_redis, namespace)
+        families = text_string_to_metric_families(text)
+        family = next(f for f in families if f.name == "partarchive_worker_complete_seconds")
+        return {s.name.rsplit("_", 1)[1] + s.labels.get("le", ""): s.value for s in family.samples}
+
+    got = histogram()
+    assert got["count"] == (6 - 1) + (4 - 1)  # each SDK's last latency waits for its next completion
+    assert got["bucket+Inf"] == got["count"] and 0 < got["sum"] < got["count"] * 1.0
+    assert [got[f"bucket{b}"] for b in COMPLETE_BUCKETS] == sorted(got[f"bucket{b}"] for b in COMPLETE_BUCKETS)
+    key = KeySchema.of(namespace, client=real_redis).complete_latency
+    real_redis.hset(key, "sum_us", "not a number")
+    part = first.claim("w1")
+    assert part is not None
+    assert not first.complete(part.partition_id, "w1").already_completed  # the completion itself goes through
+    assert real_redis.hget(key, "sum_us") == b"not a number"
+
+
+def _aggregations(expr: str) -> list[tuple[str, str]]:
+    """(aggregation, metric) for every metric an expression reads, the innermost aggregation first."""
+    out = []
+    for m in re.finditer(r"partarchive_\w+", expr):
+        before = expr[: m.start()]
+        found = re.findall(r"\b(sum|max|min|avg|count)\s*(?:by\s*\([^)]*\)\s*)?\(\s*(?:rate\(|delta\()?\s*$", before)
+        out.append((found[-1] if found else "", re.sub(r"_(bucket|total)$", "", m.group())))
+    return out
+
+
+def test_queries_never_sum_what_every_process_exports(real_redis: redis.Redis, namespace: str) -> None:
+    shared = _shared_gauges(_scrape(real_redis, namespace))
+    assert {"partarchive_queue_length", "partarchive_active_partitions", "partarchive_worker_complete_seconds"} < shared
+    for expr in [r["expr"] for r in RULES] + QUERIES:
+        for aggregation, metric in _aggregations(expr):
+            if metric in shared:
+                assert aggregation in ("max", "min"), (expr, metric)
+            else:
+                assert aggregation == "sum", (expr, metric)  # counters of each process add up
+
+
+def test_one_alert_per_namespace() -> None:
+    for rule in RULES:
+        clauses = re.findall(r"\bby \(([^)]*)\)", rule["expr"])
+        assert clauses and all("namespace" in clause for clause in clauses), rule["alert"]
+        assert "{{ $labels.namespace }}" in rule["annotations"]["summary"], rule["alert"]
+
+
+def test_the_grafana_dashboard_filters_by_namespace() -> None:
+    names = [v["name"] for v in GRAFANA["templating"]["list"]]
+    assert names == ["datasource", "namespace"]
+    for expr in QUERIES:
+        for m in re.finditer(r"partarchive_\w+(\{[^}]*\})?", expr):
+            assert m.group(1) and 'namespace="$namespace"' in m.group(1), expr
