@@ -15,6 +15,7 @@ from bench import (
     migrate_bench,
     stats_bench,
     tiers_bench,
+    worker_bench,
 )
 
 SECTIONS = {
@@ -27,6 +28,7 @@ SECTIONS = {
     "cluster": cluster_bench.run,
     "dashboard": dashboard_bench.run,
     "archiver": archiver_bench.run,
+    "worker": worker_bench.run,
 }
 
 
