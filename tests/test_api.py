@@ -180,3 +180,30 @@ def test_daemon_metrics_port(engine_url: str, real_redis: redis.Redis, namespace
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=15)
+
+
+def test_the_lookup_short_path_answers_as_the_route_does(real_redis: redis.Redis, world: ActiveLayer) -> None:
+    from fastapi.testclient import TestClient
+
+    from archiver.web import create_app
+    from archiver.web.lookup import PartitionLookupPath
+
+    app = create_app(real_redis, Config(namespace=world.keys.namespace))
+    paths = ["/partitions/7", "/partitions/31", "/partitions/32", "/partitions/999", "/partitions/0007",
+             "/partitions/0", f"/partitions/{2**32}", "/partitions/abc"]  # fmt: skip
+
+    def answers() -> dict[str, tuple[int, str, bytes]]:
+        app.middleware_stack = None  # rebuilt on the next request, from the middleware and routes now set
+        with TestClient(app) as http:
+            return {p: (r.status_code, r.headers["content-type"], r.content) for p in paths for r in [http.get(p)]}
+
+    route = next(r for r in app.router.routes if getattr(r, "path", "") == "/partitions/{partition_id}")
+    app.router.routes.remove(route)
+    short = answers()  # the route is gone: what still answers a lookup is the short path
+    assert short["/partitions/7"][0] == 200 and b'"source":"archive:simple"' in short["/partitions/7"][2]
+    assert short["/partitions/999"][0] == 404 and b'"found":false' in short["/partitions/999"][2]
+    assert short["/partitions/0"][2] == b'{"error":"not found","detail":null}'  # out of its range: left alone
+    app.router.routes.append(route)
+    with_short = answers()
+    app.user_middleware = [m for m in app.user_middleware if m.cls is not PartitionLookupPath]
+    assert answers() == with_short  # status, content type and bytes as the route gives them

@@ -108,6 +108,8 @@ def test_the_server_extra_serves_the_dashboard_docs_and_metrics(
             assert response.status_code == 200 and response.headers["content-type"].startswith(kind), path
         assert "swagger-ui-bundle.js" in httpx.get(base + "/docs").text
         assert "partarchive_redis_up" in httpx.get(base + "/metrics").text
+        lookup = httpx.get(base + "/partitions/1", timeout=10)
+        assert lookup.status_code == 404 and lookup.json()["source"] == "none"
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=15)

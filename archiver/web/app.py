@@ -8,6 +8,7 @@ stack trace ever leaves the process.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path as FilePath
@@ -31,6 +32,7 @@ from archiver.namespace import Namespace
 from archiver.router import QueryRouter
 from archiver.version import installed_version
 from archiver.web.docs import add_offline_redoc
+from archiver.web.lookup import PartitionLookupPath, answer_body
 from archiver.web.overview import NamespaceList, collect_overview
 from codec import PartArchiveError, ValidationError
 from layers import MAX_PARTITION_ID
@@ -106,6 +108,8 @@ def create_app(client: redis.Redis, config: Config) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         collector = register_state_collector(client, keys)
+        gc.collect()
+        gc.freeze()  # the start-up's objects (FastAPI, pydantic, routes) stay out of every later collection
         try:
             yield
         finally:
@@ -121,6 +125,7 @@ def create_app(client: redis.Redis, config: Config) -> FastAPI:
     )
     add_offline_redoc(app, favicon_url="/static/docs/favicon.png")
     app.mount("/static/dashboard", StaticFiles(directory=STATIC), name="dashboard")
+    app.add_middleware(PartitionLookupPath, router=router)
     namespaces = NamespaceList(ns)
 
     @app.exception_handler(StarletteHTTPException)
@@ -179,9 +184,8 @@ def create_app(client: redis.Redis, config: Config) -> FastAPI:
                     "summary": None,
                 },
             )
-        answer = router.get(partition_id)
-        body = answer.to_dict()
-        return body if answer.found else JSONResponse(status_code=404, content=body)
+        status, body = answer_body(router.get(partition_id))
+        return Response(body, status, media_type="application/json")
 
     @app.get("/partitions/{partition_id}/completed", response_model=CompletedBody, responses=ERRORS)
     def is_completed(partition_id: PartitionId) -> Any:
