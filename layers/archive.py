@@ -26,7 +26,7 @@ from typing import Any
 import redis
 
 from codec import ArchivedPartition, ValidationError
-from codec.elk import ElkRecord
+from codec.elk import ElkRecord, as_archived
 from layers.errors import CorruptMetadata, WrongKeyType
 from layers.keys import ARCHIVER_GROUP, KeySchema
 from layers.meta import stored_int, stored_tier
@@ -124,8 +124,28 @@ class ArchiveLayer(BatchSealing):
             mapping = {str(p.partition_id): p.to_json() for p in parts}
             self.redis.hset(self.keys.completed, mapping=mapping)  # type: ignore[arg-type]
         else:
-            self.seal_full(self.stage(parts), tier)
+            self._write_batches(parts, tier)
         return tier
+
+    def _write_batches(self, parts: Sequence[ArchivedPartition | ElkRecord], tier: Tier) -> None:
+        """Batches the records fill completely are sealed from the records in hand (read once,
+        written in a few round trips for all of them: `seal_many`); the others are staged, and
+        sealed when their staging fills. Workers claim the lowest pending partition, so a page
+        of completions mostly holds whole batches."""
+        by_batch: dict[int, list[ArchivedPartition | ElkRecord]] = defaultdict(list)
+        for part in parts:
+            by_batch[self.policy.batch_of(part.partition_id)].append(part)
+        whole = {
+            b: [as_archived(p) for p in group]
+            for b, group in by_batch.items()
+            if len({p.partition_id for p in group}) >= self.policy.capacity(b)
+        }
+        if whole:
+            self.seal_many(whole, tier)
+        if len(whole) < len(by_batch):
+            rest = [p for b, group in by_batch.items() if b not in whole for p in group]
+            in_hand = {b: [as_archived(p) for p in group] for b, group in by_batch.items() if b not in whole}
+            self.seal_full(self.stage(rest), tier, in_hand)
 
     def commit(
         self,

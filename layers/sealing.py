@@ -71,8 +71,11 @@ class BatchSealing:
         raw: Any = self.redis.zrange(self.keys.open_batches, 0, limit - 1)
         return list(raw)
 
-    def seal_full(self, batches: set[int], tier: Tier | None = None) -> int:
-        """Seal the batches whose staging holds every partition of the batch."""
+    def seal_full(
+        self, batches: set[int], tier: Tier | None = None, in_hand: dict[int, list[ArchivedPartition]] | None = None
+    ) -> int:
+        """Seal the batches whose staging holds every partition of the batch. ``in_hand``: records
+        the caller has just staged, by batch (they are not decoded again from the staging)."""
         ordered = sorted(batches)
         pipe = self.redis.pipeline(transaction=False)
         for b in ordered:
@@ -81,6 +84,8 @@ class BatchSealing:
         full = [b for b, n in zip(ordered, sizes, strict=True) if n >= self.policy.capacity(b)]
         if full and tier is None:
             tier = self.tier()
+        if full and in_hand is not None:
+            return self.seal_many({b: in_hand.get(b, []) for b in full}, tier)
         return sum(self.seal(b, tier) for b in full)
 
     def seal_idle(self, now: float | None = None, limit: int = 100) -> int:
@@ -150,7 +155,12 @@ class BatchSealing:
             return False
         records = {p.partition_id: p for p in self._decode_existing(batch_no, blob)}
         json_bytes = 0
+        in_hand = {str(p.partition_id) for p in extra}
         for field, raw in staged.items():
+            if in_hand and as_text(field) in in_hand:  # staged by the caller: the record in hand wins
+                json_bytes += len(raw)
+                in_hand.discard(as_text(field))
+                continue
             try:
                 part = as_archived(parse_archived(raw))
             except DecodeError as exc:
@@ -160,9 +170,10 @@ class BatchSealing:
             json_bytes += len(raw)
         for part in extra:
             records[part.partition_id] = part
-        if extra:  # the archived JSON these records would have had: the list form plus the member names
-            as_lists = len(orjson.dumps(list(map(tuple, extra)))) - 1 - len(extra)
-            json_bytes += as_lists + _ARCHIVED_JSON_NAMES * len(extra)
+        unstaged = [p for p in extra if str(p.partition_id) in in_hand]
+        if unstaged:  # the archived JSON these records would have had: the list form plus the member names
+            as_lists = len(orjson.dumps(list(map(tuple, unstaged)))) - 1 - len(unstaged)
+            json_bytes += as_lists + _ARCHIVED_JSON_NAMES * len(unstaged)
         if not records:  # only corrupt records were staged: drop just those fields
             self.redis.hdel(self.keys.staging(batch_no), *staged.keys())
             return None

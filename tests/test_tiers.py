@@ -58,6 +58,27 @@ def test_compressed_tier_stages_then_seals_full_and_idle_batches(real_redis: red
     assert layer.compression_ratio() == round(json_bytes / blob_bytes, 2) > 10
 
 
+def test_whole_batches_in_hand_are_sealed_without_staging(
+    real_redis: redis.Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=3600)
+    keys, staged, stage = layer.keys, [], layer.stage
+    monkeypatch.setattr(layer, "stage", lambda recs: staged.extend(p.partition_id for p in recs) or stage(recs))
+    store(layer, parts(1, 250))  # batches 0 (1..99) and 1 whole in hand; 200..250 staged
+    assert staged == list(range(200, 251)) and real_redis.exists(keys.batch(0), keys.batch(1)) == 2
+    store(layer, parts(251, 100))  # batch 2 = 51 staged before + 49 in hand; batch 3 partial
+    assert staged == list(range(200, 351))
+    assert layer.decode_batch(real_redis.get(keys.batch(2))) == parts(200, 100)  # type: ignore[arg-type]
+    assert not real_redis.exists(keys.staging(2)) and real_redis.hlen(keys.staging(3)) == 51
+    q = router(real_redis, namespace, layer)
+    for pid in (1, 99, 100, 199, 200, 250, 251, 299):
+        assert q.get(pid).source is Source.BATCH and q.get(pid).partition == parts(pid, 1)[0], pid
+    assert q.get(320).source is Source.STAGING and layer.open_batch_count() == 1
+    blob_bytes = sum(real_redis.strlen(keys.batch(b)) for b in range(3))
+    json_bytes = sum(len(p.to_json()) for p in parts(1, 299))
+    assert layer.compression_ratio() == round(json_bytes / blob_bytes, 2)  # counted once per record
+
+
 def test_straggler_reseals_its_batch(real_redis: redis.Redis, namespace: str) -> None:
     layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=0)
     batch = parts(500, 100)
