@@ -20,10 +20,11 @@ from collections.abc import Sequence
 
 import zstandard
 
-from codec.columnar import decode_columns, encode_columns
+from codec.columnar import MAX_RECORDS, decode_columns, encode_columns
 from codec.errors import DecodeError, ValidationError
 from codec.record import ArchivedPartition
 from codec.text import decode_text, encode_text
+from codec.varint import get_uvarint
 from codec.workers import WorkerMap
 
 MAGIC = b"\xa7P"
@@ -107,18 +108,38 @@ def blob_codec(blob: bytes) -> Codec:
 
 
 def decode_blob(blob: bytes, workers: WorkerMap) -> list[ArchivedPartition]:
-    codec = blob_codec(blob)
-    payload = bytes(blob[_HEADER.size :])
+    codec, payload = _payload(blob)
     try:
-        if codec.compressed:
-            size = zstandard.frame_content_size(payload)
-            if not 0 < size <= MAX_PAYLOAD:
-                raise DecodeError(f"implausible compressed payload size {size}")
-            payload = _zstd.decompressor.decompress(payload)
         if codec.columnar:
             return decode_columns(payload, workers)
         return decode_text(payload.decode("utf-8"), workers)
     except DecodeError:
         raise
-    except (zstandard.ZstdError, UnicodeDecodeError, ValueError, OverflowError, MemoryError) as exc:
+    except (UnicodeDecodeError, ValueError, OverflowError, MemoryError) as exc:
+        raise DecodeError(f"invalid {codec.name.lower()} payload: {exc}") from None
+
+
+def blob_record_count(blob: bytes) -> int:
+    """How many records a valid blob holds, without decoding them (the expiry sweep's count)."""
+    codec, payload = _payload(blob)
+    if not codec.columnar:
+        return payload.count(b",") + 1  # records are joined by commas and hold none
+    count, _ = get_uvarint(payload, 0)
+    if not 1 <= count <= MAX_RECORDS:
+        raise DecodeError(f"implausible record count {count}")
+    return count
+
+
+def _payload(blob: bytes) -> tuple[Codec, bytes]:
+    """The checked codec and the payload, decompressed."""
+    codec = blob_codec(blob)
+    payload = bytes(blob[_HEADER.size :])
+    if not codec.compressed:
+        return codec, payload
+    try:
+        size = zstandard.frame_content_size(payload)
+        if not 0 < size <= MAX_PAYLOAD:
+            raise DecodeError(f"implausible compressed payload size {size}")
+        return codec, _zstd.decompressor.decompress(payload)
+    except (zstandard.ZstdError, ValueError, MemoryError) as exc:
         raise DecodeError(f"invalid {codec.name.lower()} payload: {exc}") from None

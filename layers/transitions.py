@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from codec import ArchivedPartition, DecodeError
+from codec import ArchivedPartition, DecodeError, blob_record_count
 from codec.elk import as_archived, parse_archived
 from layers.archive import ArchiveLayer
 from layers.meta import stored_float
@@ -175,12 +175,14 @@ def index_expiry_step(archive: ArchiveLayer) -> int:
     if cursor > last_batch:
         return 0
     numbers = list(range(cursor, min(last_batch + 1, cursor + _EXPIRY_INDEX_STEP)))
+    scores: Any = r.zmscore(keys.expiry, [str(b) for b in numbers])
+    missing = [b for b, score in zip(numbers, scores, strict=True) if score is None]  # not sealed in this tier
     pipe = r.pipeline(transaction=False)
-    for b in numbers:
+    for b in missing:
         pipe.get(keys.batch(b))
     blobs = pipe.execute()
     newest: dict[str, int] = {}
-    for b, blob in zip(numbers, blobs, strict=True):
+    for b, blob in zip(missing, blobs, strict=True):
         if blob is None:
             continue
         try:
@@ -213,7 +215,7 @@ def sweep_expired(archive: ArchiveLayer, now: float | None = None, limit: int = 
     for b, blob in zip(due, blobs, strict=True):
         if blob is not None:
             try:
-                expired += len(archive.decode_batch(blob))
+                expired += blob_record_count(blob)
             except DecodeError:
                 pipe.set(keys.quarantine(int(b)), blob)
         pipe.delete(keys.batch(int(b)))

@@ -16,6 +16,7 @@ from codec import (
     ValidationError,
     WorkerMap,
     blob_codec,
+    blob_record_count,
     decode_blob,
     decode_text,
     encode_blob,
@@ -90,6 +91,7 @@ def test_round_trip(records: list[ArchivedPartition], fmt: str, compress: bool |
     workers = WorkerMap()
     blob = encode_blob(records, workers, fmt=fmt, compress=compress)
     assert decode_blob(blob, WorkerMap.from_json(workers.to_json())) == records
+    assert blob_record_count(blob) == len(records)
     if fmt == "text":
         assert decode_text(encode_text(records, workers), workers) == records
 
@@ -127,10 +129,14 @@ def test_malformed_text_is_a_decode_error(text: str) -> None:
 def _decoded_or_rejected(blob: bytes, workers: WorkerMap) -> None:
     """Decoding either raises DecodeError or returns records that pass every validation."""
     try:
+        count: int | None = blob_record_count(blob)
+    except DecodeError:
+        count = None
+    try:
         records = decode_blob(blob, workers)
     except DecodeError:
         return
-    assert records
+    assert records and count == len(records)
     for record in records:
         assert ArchivedPartition(*record) == record  # the validating constructor accepts it
 
