@@ -82,26 +82,27 @@ class StatsCompactor:
             "day": int(raw[0]) if raw[0] else max(0, first // 86400),
             "range": int(raw[1] or 0),
             "have_stats": int(bool(g[1])),
+            "last_day": int(g[1]) // 86400 if g[1] else -1,
         }
 
     def _roll_days(self, now: float) -> int:
+        """Roll the next days (up to the newest completion's: later days hold no hours yet), one
+        script per day, all in one round trip."""
         meta = self._meta()
         if not meta["have_stats"]:
             return 0
         cutoff = int(now) // 86400 - self.hourly_keep_days
         day = meta["day"]
-        if day >= cutoff:
+        last = min(cutoff, day + _DAYS_PER_STEP, meta["last_day"] + 1)
+        if day >= last:
             return 0
-        rolled = 0
-        last = min(cutoff, day + _DAYS_PER_STEP)
-        for d in range(day, last):
-            name = time.strftime("%Y-%m-%d", time.gmtime(d * 86400))
-            reply = self._scripts("stats_roll_day", [self.keys.stats_day(name)], [])
+        names = [time.strftime("%Y-%m-%d", time.gmtime(d * 86400)) for d in range(day, last)]
+        replies = self._scripts.run_many([("stats_roll_day", [self.keys.stats_day(name)], []) for name in names])
+        for name, reply in zip(names, replies, strict=True):
             if isinstance(reply, list):
                 raise DecodeError(f"{self.keys.stats_day(name)} field {as_text(reply[2])} is not a number")
-            rolled += int(reply) > 0
         self.redis.hset(self.keys.stats_meta, "compact_day", last)
-        return max(rolled, 1)
+        return max(sum(int(reply) > 0 for reply in replies), 1)
 
     def _merge_ranges(self, now: float) -> int:
         start = self._meta()["range"]

@@ -275,3 +275,24 @@ def test_compaction_before_the_first_commit_leaves_the_ranges_alone(real_redis: 
     while compactor.step(now=NOW):
         pass
     assert StatsReader(real_redis, keys).range_stats(0)["level"] == "range"  # type: ignore[index]
+
+
+def test_day_rolls_stop_at_the_newest_completions_day(real_redis: redis.Redis, namespace: str) -> None:
+    from archiver.commit import CommitBuffer
+    from stats import StatsCompactor
+
+    keys = KeySchema(namespace)
+    layer = ArchiveLayer(real_redis, keys, TierPolicy())
+    ArchiveQueue(real_redis, keys).ensure_group()
+    acc = CommitBuffer(layer, range_width=100)
+    old = NOW - 400 * 86400  # an import of last year's work: a year of empty days lies between it and now
+    parts = [ArchivedPartition(p, p * 10, p * 10 + 9, "w", old + p * 3600, 5) for p in range(1, 49)]
+    layer.write_detail(parts)
+    acc.add([("-", p) for p in parts])
+    acc.flush()
+    compactor = StatsCompactor(real_redis, keys, range_width=100, hourly_keep_days=30, range_keep_days=10**4)
+    days = {p.completed_at // 86400 for p in parts}
+    assert compactor.step(now=NOW) == len(days)  # the days that hold hours, all rolled in one step
+    assert compactor.step(now=NOW) == 0
+    assert int(real_redis.hget(keys.stats_meta, "compact_day")) == max(days) + 1  # type: ignore[arg-type]
+    assert StatsChecker(real_redis, keys).check().ok
