@@ -95,6 +95,7 @@ class ArchiverDaemon:
             config.maintenance_slice_s,
             config.policy.migrate_chunk // config.policy.batch_size,
             float(os.environ.get("PARTARCHIVE_FAULT_PAUSE_AFTER_STEP", "0")),
+            recheck_s=config.maintenance_interval_s,
         )
 
     def stop(self) -> None:

@@ -16,17 +16,26 @@ MAINTENANCE_SHARE = 0.2
 
 
 class MaintenancePacer:
-    def __init__(self, slice_s: float, most_batches: int, pause_after_step_s: float = 0.0) -> None:
+    def __init__(
+        self, slice_s: float, most_batches: int, pause_after_step_s: float = 0.0, recheck_s: float = 1.0
+    ) -> None:
         self.slice_s = slice_s
         self.most_batches = max(1, most_batches)
+        self.recheck_s = recheck_s
         self.credit = 0.0  # seconds of maintenance earned and not spent
         self.batch_cost = 0.005  # seconds one batch of a step has taken, smoothed
+        self._resting_until = 0.0  # found nothing to do: busy rounds do not ask again before this
         self._pause_after_step_s = pause_after_step_s  # fault injection for the crash tests
 
     def run(self, busy_s: float, step: Callable[[int], int]) -> int:
         """Earn credit for ``busy_s`` seconds of archiving (none: an idle round), then call
-        ``step(max_batches)`` while credit lasts; returns the items the steps did."""
+        ``step(max_batches)`` while credit lasts; returns the items the steps did.
+
+        When a step finds nothing to do, rounds that archived entries do not ask again for
+        ``recheck_s`` (finding out costs a few round trips); idle rounds always ask."""
         if busy_s:
+            if time.monotonic() < self._resting_until:
+                return 0
             self.credit = min(self.credit + busy_s * MAINTENANCE_SHARE, self.slice_s)
         else:
             self.credit = max(self.credit, self.slice_s)
@@ -38,6 +47,7 @@ class MaintenancePacer:
             spent = time.monotonic() - started
             if not items:
                 self.credit = 0.0  # nothing to do: no credit is saved up for later
+                self._resting_until = time.monotonic() + self.recheck_s
                 break
             done += items
             self.credit -= spent

@@ -167,7 +167,10 @@ def _delete_unchanged(archive: ArchiveLayer, pairs: list[tuple[str, bytes]]) -> 
 
 
 def index_expiry_step(archive: ArchiveLayer) -> int:
-    """Put batches sealed before the summary tier into the expiry index, a cursor walk (once)."""
+    """Put batches sealed before the summary tier into the expiry index, a cursor walk (once).
+
+    Returns the batches walked, or 0 when the walk has only followed batches sealed in this tier
+    (they index themselves) up to the newest: nothing was due."""
     r, keys, policy = archive.redis, archive.keys, archive.policy
     meta: Any = r.hmget(keys.archive_meta, ["expire_cursor", "max_pid"])
     cursor = int(meta[0] or 0)
@@ -194,7 +197,8 @@ def index_expiry_step(archive: ArchiveLayer) -> int:
         pipe.zadd(keys.expiry, newest, nx=True)  # type: ignore[arg-type]
     pipe.hset(keys.archive_meta, "expire_cursor", numbers[-1] + 1)
     pipe.execute()
-    return len(numbers)
+    caught_up = numbers[-1] == last_batch and not newest  # following batches sealed in this tier: no work
+    return 0 if caught_up else len(numbers)
 
 
 def sweep_expired(archive: ArchiveLayer, now: float | None = None, limit: int = 200) -> int:

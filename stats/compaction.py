@@ -112,6 +112,9 @@ class StatsCompactor:
         if start > last_range:
             return 0
         cutoff = int(now) - self.range_keep_days * 86400
+        first: Any = self.redis.hget(self.keys.stats_range(start), "last_at")
+        if first is not None and int(first) >= cutoff:
+            return 0  # the usual case while completions are young: nothing to merge yet
         numbers = list(range(start, min(last_range + 1, start + _RANGES_PER_STEP)))
         pipe = self.redis.pipeline(transaction=False)
         for r in numbers:
