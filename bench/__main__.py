@@ -10,6 +10,7 @@ from bench import (
     cluster_bench,
     codec_bench,
     dashboard_bench,
+    growth_bench,
     latency_bench,
     memory_bench,
     migrate_bench,
@@ -29,6 +30,7 @@ SECTIONS = {
     "dashboard": dashboard_bench.run,
     "archiver": archiver_bench.run,
     "worker": worker_bench.run,
+    "growth": growth_bench.run,
 }
 
 

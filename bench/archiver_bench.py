@@ -34,10 +34,10 @@ TARGETS = {"simple": 1.0, "compressed": 0.9, "summary": 0.9}
 NS = "bencharch"
 
 
-def _fill_queue(client: redis.Redis, keys: KeySchema, n: int) -> None:
+def fill_queue(client: redis.Redis, keys: KeySchema, n: int, first: int = 1) -> None:
     """The standard workload, completed over the last ``3 n`` seconds, as a live queue holds it."""
     client.xgroup_create(keys.queue, ARCHIVER_GROUP, id="0", mkstream=True)
-    for chunk in _chunks(standard_workload(n, base_time=int(time.time()) - 3 * n - 10), 5000):
+    for chunk in _chunks(standard_workload(n, first, base_time=int(time.time()) - 3 * (first + n) - 10), 5000):
         pipe = client.pipeline(transaction=False)
         for part in chunk:
             pipe.xadd(keys.queue, {"p": part.to_json()})
@@ -98,12 +98,12 @@ def run() -> tuple[str, bool]:
             naive_rates, naive_us, our_rates, our_us, exact = [], [], [], [], True
             for _ in range(RUNS):
                 drop(client, NS)
-                _fill_queue(client, keys, n)
+                fill_queue(client, keys, n)
                 rate, us = _measure(client, n, _naive, keys)
                 naive_rates.append(rate)
                 naive_us.append(us)
                 drop(client, NS)
-                _fill_queue(client, keys, n)
+                fill_queue(client, keys, n)
                 config = _config(tier)
                 rate, us = _measure(client, n, _ours, config)
                 our_rates.append(rate)

@@ -58,7 +58,9 @@ class KeepAliveClient:
         self.sock.close()
 
 
-def _http_against_router(url: str, namespace: str, router: QueryRouter, pids: list[int]) -> list[list[list[float]]]:
+def http_against_router(
+    url: str, namespace: str, router: QueryRouter, pids: list[int], runs: int = 3, requests: int = 3000
+) -> list[list[list[float]]]:
     """GET /partitions/{id} over loopback from a `partarchive serve` process, each request beside
     an in-process router lookup of the same id, so all see the same moment of a noisy machine.
     Per run: [router us, HTTP us (minimal client), HTTP us (http.client)]."""
@@ -82,25 +84,25 @@ def _http_against_router(url: str, namespace: str, router: QueryRouter, pids: li
         body = reply.read()
         assert reply.status == 200 and b'"source":"archive:batch"' in body, body[:200]
 
-    runs = []
+    measured = []
     try:
         for pid in pids[:200]:
             fetch_minimal(pid)
             fetch_stdlib(pid)
-        for run in range(HTTP_RUNS):
+        for run in range(runs):
             samples: list[list[float]] = [[], [], []]
-            for pid in pids[run * HTTP_REQUESTS : (run + 1) * HTTP_REQUESTS]:
+            for pid in pids[run * requests : (run + 1) * requests]:
                 for i, call in enumerate((router.get, fetch_minimal, fetch_stdlib)):
                     t0 = time.perf_counter_ns()
                     call(pid)
                     samples[i].append((time.perf_counter_ns() - t0) / 1000)
-            runs.append(samples)
+            measured.append(samples)
     finally:
         minimal.close()
         stdlib.close()
         server.send_signal(signal.SIGTERM)
         server.communicate(timeout=15)
-    return runs
+    return measured
 
 
 def _lookups(router: QueryRouter, pids: list[int], expect: Source) -> list[float]:
@@ -154,7 +156,7 @@ def run() -> tuple[str, bool]:
         samples["lookup: archive:staging"] = _lookups(
             active_router, [staged[i % 50].partition_id for i in range(LOOKUPS)], Source.STAGING
         )
-        http_runs = _http_against_router(url, comp_ns, active_router, pids)
+        http_runs = http_against_router(url, comp_ns, active_router, pids, HTTP_RUNS, HTTP_REQUESTS)
         for ns in (empty_ns, simple_ns, comp_ns, summ_ns):
             drop(client, ns)
         gc.unfreeze()

@@ -38,11 +38,11 @@ class CountingConnection(redis.Connection):
         super().send_packed_command(command, check_health)
 
 
-def _worker(url: str, worker: str, count: int, think_s: float, start: Any, out: Any) -> None:
+def _worker(url: str, namespace: str, worker: str, count: int, think_s: float, start: Any, out: Any) -> None:
     pool = redis.ConnectionPool.from_url(url, connection_class=CountingConnection)
     client = redis.Redis(connection_pool=pool)
-    sdk = ActiveLayer(client, NS)
-    scratch = f"{NS}_scratch"
+    sdk = ActiveLayer(client, namespace)
+    scratch = f"{namespace}_scratch"
     complete_us: list[float] = []
     hset_us: list[float] = []
     trips: list[int] = []
@@ -68,11 +68,15 @@ def _worker(url: str, worker: str, count: int, think_s: float, start: Any, out: 
     client.close()
 
 
-def _one_run(url: str, per_process: int, think_s: float) -> tuple[list[float], list[float], list[int]]:
+def one_run(
+    url: str, per_process: int, think_s: float, namespace: str = NS
+) -> tuple[list[float], list[float], list[int]]:
+    """complete() and HSET microseconds and round trips per completion, from `PROCESSES` workers."""
     ctx = multiprocessing.get_context("spawn")
     start, out = ctx.Event(), ctx.Queue()
     procs = [
-        ctx.Process(target=_worker, args=(url, f"w{i}", per_process, think_s, start, out)) for i in range(PROCESSES)
+        ctx.Process(target=_worker, args=(url, namespace, f"w{i}", per_process, think_s, start, out))
+        for i in range(PROCESSES)
     ]
     for proc in procs:
         proc.start()
@@ -102,7 +106,7 @@ def run() -> tuple[str, bool]:
             for r in range(RUNS):
                 drop(client, NS)
                 ActiveLayer(client, NS).create_partitions(1, PROCESSES * per_process * 10, 10)
-                complete_us, hset_us, trips = _one_run(url, per_process, think_ms / 1000)
+                complete_us, hset_us, trips = one_run(url, per_process, think_ms / 1000)
                 ratios.append(p99(complete_us) / p99(hset_us))
                 trips_seen += trips
                 rows.append(

@@ -1,0 +1,82 @@
+"""Growth section: what each figure of the other sections becomes as the archive grows.
+
+For each size (``BENCH_GROWTH_SIZES``, default 100,000, 1,000,000 and 10,000,000 archived
+partitions, compressed tier, with their statistics) it measures in one namespace: archive + index
+and statistics bytes per partition; archived lookup through the router (2,000 random ids); HTTP
+GET above the router (one run of 2,000 requests, as in the latency section); the archiver's rate
+draining 50,000 new completions on top; and complete() against HSET from 8 worker processes
+(200 completions each, 2 ms of work between). Flat rows are what the design promises.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+
+import redis
+
+from archiver.config import Config
+from archiver.daemon import ArchiverDaemon, drain
+from archiver.router import QueryRouter
+from bench.archiver_bench import fill_queue
+from bench.engine import bench_engine_url, drop, settle, used_memory
+from bench.latency_bench import http_against_router
+from bench.populate import write_compressed, write_stats
+from bench.report import median, p99, table
+from bench.worker_bench import one_run
+from bench.workload import standard_workload
+from layers import ActiveLayer, KeySchema, TierPolicy
+
+NS = "benchgrow"
+SIZES = (100_000, 1_000_000, 10_000_000)
+DRAINED = 50_000
+LOOKUPS = 2000
+
+
+def _archiver_rate(client: redis.Redis, n: int) -> float:
+    fill_queue(client, KeySchema(NS), DRAINED, first=n + 1)
+    daemon = ArchiverDaemon(client, Config(namespace=NS, block_ms=10, summary_above=10**12), consumer="bench")
+    started = time.perf_counter()
+    drain(daemon)
+    return DRAINED / (time.perf_counter() - started)
+
+
+def run() -> tuple[str, bool]:
+    sizes = [int(s) for s in os.environ.get("BENCH_GROWTH_SIZES", "").split(",") if s] or list(SIZES)
+    rows = []
+    with bench_engine_url() as (client, engine, url):
+        keys = KeySchema(NS)
+        for n in sizes:
+            drop(client, NS)
+            settle(client)
+            before = used_memory(client)
+            write_compressed(client, keys, standard_workload(n), TierPolicy(summary_above=10**12))
+            archive_bytes = used_memory(client) - before
+            write_stats(client, keys, standard_workload(n))
+            stats_bytes = used_memory(client) - before - archive_bytes
+            rng = random.Random(n)
+            pids = [rng.randint(1, n) for _ in range(LOOKUPS)]
+            router = QueryRouter(client, NS)
+            lookups = []
+            for pid in pids:
+                t0 = time.perf_counter_ns()
+                router.get(pid)
+                lookups.append((time.perf_counter_ns() - t0) / 1000)
+            (router_us, http_us, _stdlib_us), = http_against_router(url, NS, router, pids, runs=1, requests=LOOKUPS)
+            rate = _archiver_rate(client, n)
+            client.hset(keys.meta, "last_pid", n + DRAINED)  # new partitions get the ids after the archived
+            ActiveLayer(client, NS).create_partitions(1, 2000 * 10, 10)
+            complete_us, hset_us, _trips = one_run(url, 200, 0.002, NS)
+            rows.append(
+                (f"{n:,}", archive_bytes / n, stats_bytes / n, median(lookups), p99(lookups),
+                 p99(http_us) - p99(router_us), round(rate), p99(complete_us) / p99(hset_us))
+            )  # fmt: skip
+        drop(client, NS)
+    out = table(
+        f"growth: the figures as the archive grows (compressed tier, standard workload), {engine}",
+        ["archived", "archive+index B/p", "stats B/p", "lookup median us", "lookup p99 us", "HTTP p99 above us",
+         f"archiver /s ({DRAINED:,} more)", "complete/HSET p99"],
+        rows,
+    )  # fmt: skip
+    return out, True
