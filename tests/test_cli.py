@@ -93,6 +93,8 @@ def test_status_watch_prints_again_until_interrupted(engine_url: str, real_redis
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # as from a terminal: a shell running this suite in the background leaves SIGINT ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stdout is not None
     seen, deadline = [], time.monotonic() + 60
