@@ -135,17 +135,13 @@ class ArchiveLayer(BatchSealing):
         by_batch: dict[int, list[ArchivedPartition | ElkRecord]] = defaultdict(list)
         for part in parts:
             by_batch[self.policy.batch_of(part.partition_id)].append(part)
-        whole = {
-            b: [as_archived(p) for p in group]
-            for b, group in by_batch.items()
-            if len({p.partition_id for p in group}) >= self.policy.capacity(b)
-        }
+        archived = {b: [as_archived(p) for p in group] for b, group in by_batch.items()}
+        whole = {b: got for b, got in archived.items() if len({p.partition_id for p in got}) >= self.policy.capacity(b)}
         if whole:
             self.seal_many(whole, tier)
         if len(whole) < len(by_batch):
             rest = [p for b, group in by_batch.items() if b not in whole for p in group]
-            in_hand = {b: [as_archived(p) for p in group] for b, group in by_batch.items() if b not in whole}
-            self.seal_full(self.stage(rest), tier, in_hand)
+            self.seal_full(self.stage(rest), tier, {b: got for b, got in archived.items() if b not in whole})
 
     def commit(
         self,

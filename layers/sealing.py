@@ -155,22 +155,24 @@ class BatchSealing:
             return False
         records = {p.partition_id: p for p in self._decode_existing(batch_no, blob)}
         json_bytes = 0
-        in_hand = {str(p.partition_id) for p in extra}
+        extra_pids = {str(p.partition_id) for p in extra}
+        staged_extra: set[str] = set()
         for field, raw in staged.items():
-            if in_hand and as_text(field) in in_hand:  # staged by the caller: the record in hand wins
+            name = as_text(field)
+            if name in extra_pids:  # staged by the caller: the record in hand wins, undecoded
                 json_bytes += len(raw)
-                in_hand.discard(as_text(field))
+                staged_extra.add(name)
                 continue
             try:
                 part = as_archived(parse_archived(raw))
             except DecodeError as exc:
-                self._dead_letter(f"stage:{batch_no}:{as_text(field)}", f"corrupt staged record: {exc}", raw)
+                self._dead_letter(f"stage:{batch_no}:{name}", f"corrupt staged record: {exc}", raw)
                 continue
             records[part.partition_id] = part
             json_bytes += len(raw)
         for part in extra:
             records[part.partition_id] = part
-        unstaged = [p for p in extra if str(p.partition_id) in in_hand]
+        unstaged = [p for p in extra if str(p.partition_id) not in staged_extra]
         if unstaged:  # the archived JSON these records would have had: the list form plus the member names
             as_lists = len(orjson.dumps(list(map(tuple, unstaged)))) - 1 - len(unstaged)
             json_bytes += as_lists + _ARCHIVED_JSON_NAMES * len(unstaged)
