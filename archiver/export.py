@@ -72,22 +72,22 @@ class Exporter:
             for fld, raw in self.redis.hscan_iter(keys.staging(int(batch_no)), count=_SCAN):
                 yield from stored(f"staging:{as_text(fld)}", raw)
         last_batch = self.archive.policy.batch_of(max_pid)
-        for start in range(0, last_batch + 1, 100):
-            pipe = self.redis.pipeline(transaction=False)
-            numbers = range(start, min(last_batch + 1, start + 100))
-            for b in numbers:
-                pipe.get(keys.batch(b))
-            for b, blob in zip(numbers, pipe.execute(), strict=True):
-                if blob is None:
-                    continue
-                try:
-                    parts = self.archive.decode_batch(blob)
-                except DecodeError as exc:
-                    self.skipped.append(f"batch:{b}: {exc}")
-                    continue
-                for part in parts:
-                    if first(part.partition_id):
-                        yield part.partition_id, _render(self.fmt, None, part)
+        for start in range(0, last_batch + 1, 128):
+            sealed = self.archive.shelves.read(range(start, min(last_batch + 1, start + 128)), repair=False)
+            for b, batch in sorted(sealed.items()):
+                if batch.damaged:
+                    self.skipped.append(f"batch:{b}: {batch.damaged}")
+                for blob in (batch.slot, batch.legacy):
+                    if blob is None:
+                        continue
+                    try:
+                        parts = self.archive.decode_batch(blob)
+                    except DecodeError as exc:
+                        self.skipped.append(f"batch:{b}: {exc}")
+                        continue
+                    for part in parts:
+                        if first(part.partition_id):
+                            yield part.partition_id, _render(self.fmt, None, part)
 
     def to_file(self, out: IO[bytes], progress: Callable[[int], None] | None = None) -> int:
         count = 0

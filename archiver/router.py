@@ -116,23 +116,28 @@ class QueryRouter:
         pipe.getbit(k.index, pid)
         pipe.hget(k.completed, str(pid))
         pipe.hget(k.staging(batch_no), str(pid))
-        pipe.get(k.batch(batch_no))
         pipe.getbit(k.done, pid)
         pipe.zscore(k.expiry, str(batch_no))
         pipe.hget(k.archive_meta, "retention_s")
         pipe.hget(k.workers, "")
-        active, indexed, simple, staged, blob, done, newest, retention, generation = pipe.execute()
-        if blob is not None and not self.archive.workers.is_current(generation):
+        parse = self.archive.shelves.add_reads(pipe, [batch_no], repair=False)
+        replies = pipe.execute()
+        active, indexed, simple, staged, done, newest, retention, generation = replies[:8]
+        stored = parse(replies[8:])[batch_no]
+        if stored.blob is not None and not self.archive.workers.is_current(generation):
             self.archive.workers.reload()  # the registry was lost and built again since it was read
         if active is not None:
             return self._record(pid, Source.ACTIVE, active, decode_active)
         for source, raw in ((Source.SIMPLE, simple), (Source.STAGING, staged)):
             if raw is not None:
                 return self._record(pid, source, raw, parse_archived)
-        problem, corrupt = "archived, but its detail has expired", False
-        if blob is not None and newest is not None and self._expired(newest, retention):
-            blob = None  # past its retention: the sweep has not deleted it yet, reads already do not see it
-        if blob is not None:
+        problem, corrupt = "archived, but its detail has expired", bool(stored.damaged)
+        if stored.damaged:
+            problem = stored.damaged
+        blobs = [b for b in (stored.slot, stored.legacy) if b is not None]
+        if blobs and newest is not None and self._expired(newest, retention):
+            blobs = []  # past its retention: the sweep has not deleted it yet, reads already do not see it
+        for blob in blobs:
             try:
                 records = self.archive.decode_batch(blob)
                 self.decode_successes += 1
@@ -141,10 +146,10 @@ class QueryRouter:
                 self.decode_failures += 1
                 self._undecodable.inc()
                 problem, corrupt = f"archived batch {batch_no} cannot be decoded: {exc}", True
-            else:
-                for part in records:
-                    if part.partition_id == pid:
-                        return Answer(pid, Source.BATCH, part)
+                continue
+            for part in records:
+                if part.partition_id == pid:
+                    return Answer(pid, Source.BATCH, part)
         if indexed or corrupt:
             return self._fallback(pid, problem)
         if done:

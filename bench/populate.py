@@ -1,7 +1,7 @@
 """Bulk writers that put N completed partitions into Redis in each storage scheme.
 
 The compressed tier is written in its final, sealed state (what `ArchiveLayer.seal` leaves:
-one framed blob per batch, the index bitmap, the worker registry, the archive meta hash), in
+one framed blob per batch in its shelf, the index bitmap, the worker registry, the archive meta hash), in
 bulk, because pushing millions of partitions through the queue one by one would measure the
 benchmark's patience rather than the storage.
 """
@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from itertools import islice
+from typing import Any
 
 import orjson
 import redis
 
 from codec import ArchivedPartition, encode_blob, encode_text
+from codec.shelf import SHELF_SLOTS, pack_shelf, unpack_shelf
 from layers import KeySchema, TierPolicy, WorkerRegistry
 
 PIPELINE = 2000
@@ -87,16 +89,20 @@ def write_compressed(
 ) -> int:
     registry = WorkerRegistry(client, keys)
     total = max_pid = 0
-    for batches in _chunks_of_batches(parts, policy.batch_size):
+    for batches in _chunks_of_batches(parts, policy.batch_size, SHELF_SLOTS):
         pipe = client.pipeline(transaction=False)
+        shelves: dict[int, list[bytes | None]] = {}
         for batch_no, records in batches:
             workers = registry.register(r.worker_id for r in records)
-            pipe.set(keys.batch(batch_no), encode_blob(records, workers))
+            shelf_no, slot = divmod(batch_no, SHELF_SLOTS)
+            shelves.setdefault(shelf_no, [None] * SHELF_SLOTS)[slot] = encode_blob(records, workers)
             if expire:  # the summary tier: the batch joins the expiry index
                 pipe.zadd(keys.expiry, {str(batch_no): max(r.completed_at for r in records)})
             _set_bits(pipe, keys, records)
             total += len(records)
             max_pid = max(max_pid, records[-1].partition_id)
+        for shelf_no, slots in shelves.items():
+            pipe.set(keys.shelf(shelf_no), _merged_shelf(client, keys, shelf_no, slots))
         pipe.execute()
     tier = policy.tier_for(total).value
     client.hset(
@@ -108,9 +114,18 @@ def write_compressed(
             "max_pid": max_pid,
             "expire_cursor": policy.batch_of(max_pid) + 1,
             "retention_s": policy.retention_s,  # the stored policy every reader applies
+            "shelved": 1,  # written in shelves: no batch keys of older versions to move
         },
     )
     return total
+
+
+def _merged_shelf(client: redis.Redis, keys: KeySchema, shelf_no: int, slots: list[bytes | None]) -> bytes:
+    """The shelf with ``slots`` written over what it already holds (a group may end mid-shelf)."""
+    held: Any = client.get(keys.shelf(shelf_no))
+    if held is not None:
+        slots = [new or old for new, old in zip(slots, unpack_shelf(held), strict=True)]
+    return pack_shelf(slots)
 
 
 def _set_bits(pipe: redis.client.Pipeline, keys: KeySchema, records: list[ArchivedPartition]) -> None:
@@ -123,7 +138,7 @@ def _set_bits(pipe: redis.client.Pipeline, keys: KeySchema, records: list[Archiv
 
 
 def _chunks_of_batches(
-    parts: Iterable[ArchivedPartition], batch_size: int, per_pipeline: int = 50
+    parts: Iterable[ArchivedPartition], batch_size: int, per_pipeline: int = 64
 ) -> Iterator[list[tuple[int, list[ArchivedPartition]]]]:
     group: list[tuple[int, list[ArchivedPartition]]] = []
     current: list[ArchivedPartition] = []

@@ -13,16 +13,28 @@ pattern are stored as deltas:
     time      first completed_at, then completed_at[i] - completed_at[i-1]
     duration  seconds
 
+A column whose values span a range R that is not a power of two can instead be stored in
+base R ("radix" column): values are grouped k at a time (of the k whose R^k fits in 64 bits,
+the one wasting the fewest bits a value), each group is one number < R^k, and the groups are
+bit-packed at the width of R^k - 1 (the last, shorter group at its own width). That costs
+about log2(R) bits a value instead of ceil(log2(R)); the encoder keeps the smaller form.
+
+Completion times can instead be stored as residuals from a line through the first time with a
+slope in 1/256 s per partition id (flag 4): workers claim the lowest pending partitions, so a
+batch completes at a roughly steady rate, and the residuals span less than the deltas do. The
+encoder keeps whichever form is smaller.
+
 Layout: varint count, flags byte, varints first pid / first min_id (zigzag when flag 2 is set,
-always so since signed ids; older blobs have it unsigned) / first completed_at,
-then the six columns, each as: width byte, zigzag varint base, ceil(n * width / 8) bytes.
+always so since signed ids; older blobs have it unsigned) / first completed_at / (flag 4) the
+zigzag slope, then the six columns, each as: width byte (0-64) and zigzag varint base, then
+ceil(n * width / 8) bytes; or byte 65, varint R and zigzag varint base, then the groups.
 Record order is kept, so decoding gives back exactly the list that was encoded.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
+from functools import lru_cache, partial
 from itertools import accumulate
 from operator import sub
 
@@ -34,27 +46,100 @@ from codec.workers import WorkerMap
 
 _FLAG_PREDICTED_MIN = 1
 _FLAG_SIGNED_FIRST_MIN = 2
+_FLAG_TIME_LINE = 4
+_RADIX = 65  # the column-kind byte of a radix column (bit widths are 0..64)
+_MAX_RADIX = 1 << 32
+_MAX_SLOPE = 1 << 62
 _build = partial(tuple.__new__, ArchivedPartition)  # fields already range-checked per column
 _MAX_GUESS = 2**62
 MAX_RECORDS = 1_000_000
 
 
-def _put_column(out: bytearray, values: Sequence[int]) -> None:
+def _column(values: Sequence[int]) -> bytes:
+    """The smaller of the bit-packed and the radix encodings of a column."""
     base = min(values, default=0)
-    width = (max(values, default=0) - base).bit_length()
-    out.append(width)
+    spread = max(values, default=0) - base
+    if _radix_size(len(values), base, spread) < _packed_size(len(values), base, spread):
+        return _radix_column(values, base, spread + 1)
+    width = spread.bit_length()
+    out = bytearray((width,))
     put_svarint(out, base)
     if width:
         packed = 0
         for value in reversed(values):
             packed = (packed << width) | (value - base)
         out += packed.to_bytes((len(values) * width + 7) // 8, "little")
+    return bytes(out)
+
+
+def _column_size(values: Sequence[int]) -> int:
+    """What `_column` of these values weighs, without building it."""
+    base = min(values, default=0)
+    spread = max(values, default=0) - base
+    return min(_packed_size(len(values), base, spread), _radix_size(len(values), base, spread))
+
+
+def _varint_size(value: int) -> int:
+    return max(1, (value.bit_length() + 6) // 7)
+
+
+def _packed_size(count: int, base: int, spread: int) -> int:
+    zigzag = (base << 1) if base >= 0 else ((-base) << 1) - 1
+    return 1 + _varint_size(zigzag) + (count * spread.bit_length() + 7) // 8
+
+
+def _radix_size(count: int, base: int, spread: int) -> int:
+    """Bytes of the radix form; a large number when radix does not apply (a power of two,
+    one value, a range over `_MAX_RADIX`)."""
+    radix = spread + 1
+    if not 2 < radix <= _MAX_RADIX or not radix & spread or count < 2:
+        return 1 << 62
+    per_group, width, _, tail_width = _radix_layout(radix, count)
+    return _packed_size(0, base, 0) + _varint_size(radix) + ((count // per_group) * width + tail_width + 7) // 8
+
+
+def _radix_layout(radix: int, count: int) -> tuple[int, int, int, int]:
+    """(values a group, bits a group, values in the last group, bits of the last group)."""
+    per_group = _group_size(radix)
+    tail = count % per_group
+    return per_group, (radix**per_group - 1).bit_length(), tail, (radix**tail - 1).bit_length()
+
+
+@lru_cache(maxsize=4096)
+def _group_size(radix: int) -> int:
+    """The values a group whose number fits in 64 bits and wastes the fewest bits a value."""
+    best, best_cost = 1, (radix - 1).bit_length()
+    k = 2
+    while radix**k <= 1 << 64:
+        cost = (radix**k - 1).bit_length() / k
+        if cost <= best_cost:
+            best, best_cost = k, cost
+        k += 1
+    return best
+
+
+def _radix_column(values: Sequence[int], base: int, radix: int) -> bytes:
+    per_group, width, _, tail_width = _radix_layout(radix, len(values))
+    offsets = [value - base for value in values]
+    packed = shift = 0
+    for start in range(0, len(values), per_group):
+        group = 0
+        for value in reversed(offsets[start : start + per_group]):
+            group = group * radix + value
+        packed |= group << shift
+        shift += width if len(values) - start >= per_group else tail_width
+    out = bytearray((_RADIX,))
+    put_uvarint(out, radix)
+    put_svarint(out, base)
+    return bytes(out + packed.to_bytes((shift + 7) // 8, "little"))
 
 
 def _get_column(buf: bytes, offset: int, count: int) -> tuple[list[int], int]:
     if offset >= len(buf):
         raise DecodeError("truncated columnar payload")
     width = buf[offset]
+    if width == _RADIX:
+        return _get_radix_column(buf, offset + 1, count)
     base, offset = get_svarint(buf, offset + 1)
     if width == 0:
         return [base] * count, offset
@@ -68,6 +153,30 @@ def _get_column(buf: bytes, offset: int, count: int) -> tuple[list[int], int]:
     if base:
         return [base + ((packed >> shift) & mask) for shift in range(0, count * width, width)], end
     return [(packed >> shift) & mask for shift in range(0, count * width, width)], end
+
+
+def _get_radix_column(buf: bytes, offset: int, count: int) -> tuple[list[int], int]:
+    radix, offset = get_uvarint(buf, offset)
+    if not 2 < radix <= _MAX_RADIX:
+        raise DecodeError(f"radix {radix} is out of range")
+    base, offset = get_svarint(buf, offset)
+    per_group, width, tail, tail_width = _radix_layout(radix, count)
+    groups = count // per_group
+    end = offset + (groups * width + tail_width + 7) // 8
+    if end > len(buf):
+        raise DecodeError("truncated columnar payload")
+    packed = int.from_bytes(buf[offset:end], "little")
+    mask = (1 << width) - 1
+    limit = radix**per_group
+    values: list[int] = []
+    for shift, size in [(i * width, per_group) for i in range(groups)] + ([(groups * width, tail)] if tail else []):
+        group = (packed >> shift) & mask
+        if group >= (limit if size == per_group else radix**size):
+            raise DecodeError("radix column value out of range")
+        for _ in range(size):
+            group, digit = divmod(group, radix)
+            values.append(base + digit)
+    return values, end
 
 
 def encode_columns(records: Sequence[ArchivedPartition], workers: WorkerMap) -> bytes:
@@ -84,19 +193,45 @@ def encode_columns(records: Sequence[ArchivedPartition], workers: WorkerMap) -> 
     pid_deltas = list(map(sub, pids[1:], pids))
     guesses = [mins[i] - (mins[i - 1] + pid_deltas[i - 1] * (spans[i - 1] + 1)) for i in range(1, len(records))]
     predicted = all(-_MAX_GUESS <= g <= _MAX_GUESS for g in guesses)
+    slope, time_column = _time_column(pids, times)
     out = bytearray()
     put_uvarint(out, len(records))
-    out.append((_FLAG_PREDICTED_MIN if predicted else 0) | _FLAG_SIGNED_FIRST_MIN)
+    flags = (_FLAG_PREDICTED_MIN if predicted else 0) | _FLAG_SIGNED_FIRST_MIN
+    out.append(flags | (_FLAG_TIME_LINE if slope is not None else 0))
     put_uvarint(out, pids[0])
     put_svarint(out, mins[0])
     put_uvarint(out, times[0])
-    _put_column(out, pid_deltas)
-    _put_column(out, guesses if predicted else mins[1:])
-    _put_column(out, spans)
-    _put_column(out, [workers.short_id(r.worker_id) for r in records])
-    _put_column(out, list(map(sub, times[1:], times)))
-    _put_column(out, [r.duration for r in records])
+    if slope is not None:
+        put_svarint(out, slope)
+    out += _column(pid_deltas)
+    out += _column(guesses if predicted else mins[1:])
+    out += _column(spans)
+    out += _column([workers.short_id(r.worker_id) for r in records])
+    out += time_column
+    out += _column([r.duration for r in records])
     return bytes(out)
+
+
+def _time_column(pids: list[int], times: list[int]) -> tuple[int | None, bytes]:
+    """The smallest of: deltas, or residuals from a line of the batch's mean rate (in 1/256 s
+    per id) or of that rate rounded to whole seconds. Returns (slope or None, column)."""
+    deltas = list(map(sub, times[1:], times))
+    ids = pids[-1] - pids[0]
+    if ids <= 0 or len(pids) < 3:
+        return None, _column(deltas)
+    best: tuple[int, list[int]] | None = None
+    best_size = _column_size(deltas)
+    mean = round((times[-1] - times[0]) * 256 / ids)
+    for slope in {mean, round(mean / 256) * 256}:
+        if abs(slope) > _MAX_SLOPE:
+            continue
+        first_pid, first_time = pids[0], times[0]
+        line = zip(pids[1:], times[1:], strict=True)
+        residuals = [t - first_time - ((slope * (p - first_pid)) >> 8) for p, t in line]
+        size = _column_size(residuals) + _varint_size(slope << 1 if slope >= 0 else ((-slope) << 1) - 1)
+        if size < best_size:
+            best, best_size = (slope, residuals), size
+    return (None, _column(deltas)) if best is None else (best[0], _column(best[1]))
 
 
 def decode_columns(buf: bytes, workers: WorkerMap) -> list[ArchivedPartition]:
@@ -111,6 +246,12 @@ def decode_columns(buf: bytes, workers: WorkerMap) -> list[ArchivedPartition]:
     first_min, offset = (get_svarint if flags & _FLAG_SIGNED_FIRST_MIN else get_uvarint)(buf, offset)
     flags &= ~_FLAG_SIGNED_FIRST_MIN
     first_time, offset = get_uvarint(buf, offset)
+    slope = None
+    if flags & _FLAG_TIME_LINE:
+        slope, offset = get_svarint(buf, offset)
+        flags &= ~_FLAG_TIME_LINE
+        if abs(slope) > _MAX_SLOPE:
+            raise DecodeError("time slope out of range")
     pid_deltas, offset = _get_column(buf, offset, count - 1)
     min_col, offset = _get_column(buf, offset, count - 1)
     spans, offset = _get_column(buf, offset, count)
@@ -133,7 +274,12 @@ def decode_columns(buf: bytes, workers: WorkerMap) -> list[ArchivedPartition]:
         mins = [first_min, *min_col]
     else:
         raise DecodeError(f"unknown columnar flags {flags}")
-    times = list(accumulate(time_deltas, initial=first_time))
+    if slope is None:
+        times = list(accumulate(time_deltas, initial=first_time))
+    else:
+        times = [first_time] + [
+            first_time + ((slope * (p - first_pid)) >> 8) + r for p, r in zip(pids[1:], time_deltas, strict=True)
+        ]
     _check_range("partition_id", pids, 1, MAX_ID)
     _check_range("min_id", mins, MIN_INT64, MAX_INT64)
     _check_range("span", spans, 0, MAX_INT64 - MIN_INT64)

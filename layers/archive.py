@@ -2,7 +2,8 @@
 
 simple      one JSON per partition in the hash ``elk_completed``
 compressed  records wait in a per-batch staging hash, then are sealed into one framed,
-            encoded blob per batch (``elk_completed:batch:{pid // batch_size}``)
+            encoded blob per batch; 64 batches share one string, their shelf
+            (``elk_completed:shelf:{batch // 64}``, batch = pid // batch_size; `layers.shelves`)
 summary     as compressed, and each batch expires ``retention`` after its newest completion: the
             batch goes into the expiry index when sealed, reads treat it as expired from then
             on, and the maintenance sweep deletes it (the retention is a stored, changeable policy)
@@ -33,6 +34,7 @@ from layers.meta import stored_int, stored_tier
 from layers.replies import as_text
 from layers.scripts import Scripts
 from layers.sealing import BatchSealing
+from layers.shelves import ShelfStore
 from layers.tiers import Tier, TierPolicy
 from layers.workers import WorkerRegistry
 
@@ -51,6 +53,7 @@ class ArchiveLayer(BatchSealing):
         self.policy = policy or TierPolicy()
         self.workers = WorkerRegistry(redis_client, keys)
         self._scripts = Scripts.of(redis_client)
+        self.shelves = ShelfStore(redis_client, self.keys)
         self._batch_size_checked = False
         self._stored_batch_size: int | None = None  # once stored it never changes
         self.seals: Counter[int] = Counter()  # batch number -> seals by this process
@@ -85,7 +88,8 @@ class ArchiveLayer(BatchSealing):
         if self._batch_size_checked:
             return
         size = self.policy.batch_size
-        self.redis.hsetnx(self.keys.archive_meta, "batch_size", size)
+        if self.redis.hsetnx(self.keys.archive_meta, "batch_size", size):
+            self.redis.hset(self.keys.archive_meta, "shelved", 1)  # a new namespace: no batch keys to move
         stored = self.stored_batch_size()
         if stored != size:
             raise ValidationError(
@@ -220,6 +224,10 @@ class ArchiveLayer(BatchSealing):
         return out
 
     # reads
+
+    def batch_blob(self, batch_no: int) -> bytes | None:
+        """The sealed blob of one batch (None if not sealed, or expired)."""
+        return self.shelves.read([batch_no])[batch_no].blob
 
     def get_simple(self, pid: int) -> bytes | None:
         return self.redis.hget(self.keys.completed, str(pid))  # type: ignore[return-value]

@@ -258,8 +258,18 @@ class KeySchema:
         return f"{{{batch_no}}}" if self.cluster and self.elk_prefix is None else str(batch_no)
 
     def batch(self, batch_no: int) -> str:
-        """String: the sealed, encoded batch. In cluster mode tagged by batch number (not namespace)."""
+        """String: a sealed batch as versions before shelves kept it, one key per batch (read, and
+        moved into its shelf by the next seal). In cluster mode tagged by batch number."""
         return f"{self._untagged}_completed:batch:{self._batch_part(batch_no)}"
+
+    def shelf(self, shelf_no: int) -> str:
+        """String: the sealed batches ``shelf_no * 64 ..`` in one shelf (`codec.shelf`); in cluster
+        mode tagged by shelf number, so shelves spread over the slots."""
+        return f"{self._untagged}_completed:shelf:{self._batch_part(shelf_no)}"
+
+    def shelf_quarantine(self, shelf_no: int) -> str:
+        """String: a shelf whose slot table was unreadable, kept aside before it was rebuilt."""
+        return f"{self._untagged}_completed:corrupt_shelf:{self._batch_part(shelf_no)}"
 
     def quarantine(self, batch_no: int) -> str:
         """String: a batch blob that failed to decode, kept aside when the batch is re-sealed."""

@@ -1,14 +1,15 @@
-"""Sealing: merging a batch's staged records (and records in hand) into its one encoded blob.
+"""Sealing: merging a batch's staged records (and records in hand) into its one encoded blob,
+kept in its shelf slot (`layers.shelves`).
 
-Safe against concurrent sealers: the seal script writes only if neither the blob nor the
-staging hash changed since they were read; a refused seal reads again. A bulk import seals
-many batches in two round trips (`seal_many`). Part of `ArchiveLayer`, kept apart because it
-is the one subtle write of the archive.
+Safe against concurrent sealers: a slot is written only if it still holds the blob the sealer
+read (a refused seal reads again), and only the staged records that were read, still unchanged,
+are then deleted from the staging hash. A bulk import seals many batches in a few round trips
+(`seal_many`). Part of `ArchiveLayer`, kept apart because it is the one subtle write of the
+archive.
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from layers.keys import KeySchema
 from layers.queue import DEAD_LETTERS_KEPT
 from layers.replies import as_text
 from layers.scripts import Scripts
+from layers.shelves import ShelfStore, SlotWrite, StoredBatch
 from layers.tiers import Tier, TierPolicy
 from layers.workers import WorkerRegistry
 
@@ -34,11 +36,11 @@ _ARCHIVED_JSON_NAMES = len(b'"partition_id":"min_id":"max_id":"worker_id":"compl
 
 @dataclass(frozen=True, slots=True)
 class _SealWrite:
-    """One batch's new blob and what the seal script checks before writing it."""
+    """One batch's new blob, what was read to make it, and the bookkeeping that follows it."""
 
     batch_no: int
-    digest: str  # SHA1 of the blob read ('' if none)
-    staged: int  # staged records read
+    stored: StoredBatch  # the batch as read
+    staged: dict[bytes, bytes]  # staged records read (deleted once sealed, where unchanged)
     blob: bytes
     json_bytes: int
     blob_growth: int
@@ -53,6 +55,7 @@ class BatchSealing:
     policy: TierPolicy
     workers: WorkerRegistry
     seals: Counter[int]
+    shelves: ShelfStore
     _scripts: Scripts
 
     def tier(self) -> Tier:
@@ -102,13 +105,12 @@ class BatchSealing:
         ``tier`` is the tier the caller has just read (saves a round trip per batch); without
         it the tier is read here.
         """
-        batch_key, stage_key = self.keys.batch(batch_no), self.keys.staging(batch_no)
         for _ in range(_SEAL_RETRIES):
             pipe = self.redis.pipeline(transaction=False)
-            pipe.get(batch_key)
-            pipe.hgetall(stage_key)
-            blob, staged = pipe.execute()
-            write = self._prepare_seal(batch_no, blob, staged, extra)
+            pipe.hgetall(self.keys.staging(batch_no))
+            parse = self.shelves.add_reads(pipe, [batch_no])
+            replies = pipe.execute()
+            write = self._prepare_seal(parse(replies[1:])[batch_no], replies[0], extra)
             if isinstance(write, bool):
                 return write
             if write is not None and self._write_seals([write], tier):
@@ -122,15 +124,16 @@ class BatchSealing:
         numbers = sorted(batches)
         pipe = self.redis.pipeline(transaction=False)
         for b in numbers:
-            pipe.get(self.keys.batch(b))
             pipe.hgetall(self.keys.staging(b))
+        parse = self.shelves.add_reads(pipe, numbers)
         replies = pipe.execute()
+        stored = parse(replies[len(numbers) :])
         tier = tier or self.tier()
         self.workers.register({p.worker_id for parts in batches.values() for p in parts})  # checked once here
         writes: list[_SealWrite] = []
         again = []
-        for i, b in enumerate(numbers):
-            write = self._prepare_seal(b, replies[2 * i], replies[2 * i + 1], batches[b], verify_workers=False)
+        for b, staged in zip(numbers, replies, strict=False):
+            write = self._prepare_seal(stored[b], staged, batches[b], verify_workers=False)
             if isinstance(write, _SealWrite):
                 writes.append(write)
             elif write is None:
@@ -139,10 +142,23 @@ class BatchSealing:
         again += [w.batch_no for w in writes if w.batch_no not in written]
         return len(written) + sum(self.seal(b, tier, batches[b]) for b in sorted(again))
 
+    def shelve(self, stored: dict[int, StoredBatch]) -> int:
+        """Move batch keys written before shelves into their slots, merged with what a slot already
+        holds; returns the batches moved (one changed meanwhile is left for the next call)."""
+        writes = []
+        for b, batch in sorted(stored.items()):
+            if batch.legacy is None:
+                continue
+            records = {p.partition_id: p for p in self._decode_existing(b, batch.legacy)}
+            records.update((p.partition_id, p) for p in self._decode_existing(b, batch.slot))
+            merged = [records[pid] for pid in sorted(records)]
+            blob = encode_blob(merged, self.workers.register({p.worker_id for p in merged})) if merged else b""
+            writes.append(SlotWrite(b, batch.slot, blob, batch.legacy))
+        return len(self.shelves.write(writes)) if writes else 0
+
     def _prepare_seal(
         self,
-        batch_no: int,
-        blob: bytes | None,
+        stored: StoredBatch,
         staged: dict[bytes, bytes],
         extra: Sequence[ArchivedPartition],
         *,
@@ -150,10 +166,12 @@ class BatchSealing:
     ) -> _SealWrite | bool | None:
         """The seal of blob + staging + extra, encoded; False if there is nothing to seal, None
         if only corrupt records were staged (dropped here: read again)."""
+        batch_no = stored.batch_no
         if not staged and not extra:
             self.redis.zrem(self.keys.open_batches, str(batch_no))
             return False
-        records = {p.partition_id: p for p in self._decode_existing(batch_no, blob)}
+        records = {p.partition_id: p for p in self._decode_existing(batch_no, stored.legacy)}
+        records.update((p.partition_id, p) for p in self._decode_existing(batch_no, stored.slot))
         json_bytes = 0
         extra_pids = {str(p.partition_id) for p in extra}
         staged_extra: set[str] = set()
@@ -187,37 +205,47 @@ class BatchSealing:
         new_blob = encode_blob(merged, workers)
         return _SealWrite(
             batch_no,
-            hashlib.sha1(blob).hexdigest() if blob else "",
-            len(staged),
+            stored,
+            staged,
             new_blob,
             json_bytes,
-            len(new_blob) - len(blob or b""),
+            len(new_blob) - len(stored.blob or b""),
             max(p.completed_at for p in merged),
         )
 
     def _write_seals(self, writes: list[_SealWrite], tier: Tier | None) -> set[int]:
-        """Send the seal scripts in one round trip, then the bookkeeping of those that were not
-        refused (open-batch set, byte counters, expiry index) in another; returns the sealed."""
+        """Write the new blobs into their shelves (a script call per shelf, one round trip), then
+        for those not refused: delete the staged records they hold (where unchanged), keep the
+        open-batch set, byte counters and expiry index; returns the sealed."""
         if not writes:
             return set()
-        replies = self._scripts.run_many(
-            [
-                ("seal", [self.keys.batch(w.batch_no), self.keys.staging(w.batch_no)], [w.digest, w.staged, w.blob])
-                for w in writes
-            ]
-        )
-        done = [w for w, ok in zip(writes, replies, strict=True) if int(ok)]
+        written = self.shelves.write([SlotWrite(w.batch_no, w.stored.slot, w.blob, w.stored.legacy) for w in writes])
+        done = [w for w in writes if w.batch_no in written]
         if not done:
             return set()
         for w in done:
             self.seals[w.batch_no] += 1
+        staged = [w for w in done if w.staged]
+        if staged:
+            self._scripts.run_many(
+                [
+                    ("hdel_if_equal", [self.keys.staging(w.batch_no)], [x for pair in w.staged.items() for x in pair])
+                    for w in staged
+                ]
+            )
         pipe = self.redis.pipeline(transaction=False)
         if (tier or self.tier()) is Tier.SUMMARY:
             pipe.zadd(self.keys.expiry, {str(w.batch_no): w.newest for w in done})
         pipe.zrem(self.keys.open_batches, *(str(w.batch_no) for w in done))
         pipe.hincrby(self.keys.archive_meta, "sealed_json_bytes", sum(w.json_bytes for w in done))
         pipe.hincrby(self.keys.archive_meta, "sealed_blob_bytes", sum(w.blob_growth for w in done))
-        pipe.execute()
+        for w in done:  # staged into since read: the batch stays open (the stager's ZADD may be gone)
+            pipe.hlen(self.keys.staging(w.batch_no))
+        replies = pipe.execute()
+        left = replies[len(replies) - len(done) :]
+        reopened = {str(w.batch_no): int(time.time() * 1000) for w, n in zip(done, left, strict=True) if n}
+        if reopened:
+            self.redis.zadd(self.keys.open_batches, reopened)
         return {w.batch_no for w in done}
 
     def _decode_existing(self, batch_no: int, blob: bytes | None) -> list[ArchivedPartition]:

@@ -10,6 +10,9 @@ readers find every partition in one place or the other throughout. Records that 
 the cursor (an archiver that read the tier just before it changed) are moved by a last pass
 over what is left, in id order. Nothing depends on how SCAN pages a hash.
 
+Batch keys from versions before shelves are moved into shelves by `shelve_step`, a cursor
+walk over the batch numbers that runs once per namespace (a namespace begun with shelves skips it).
+
 -> summary: every sealed batch goes into the expiry index (batch -> newest completion). The
 sweep deletes the batches whose newest completion is older than the stored retention, reading
 only those: it costs what expires, not what is stored. The index bits and the statistics stay,
@@ -29,10 +32,12 @@ from layers.meta import stored_float
 from layers.queue import DEAD_LETTERS_KEPT
 from layers.replies import as_text
 from layers.scripts import Scripts
+from layers.shelves import SlotWrite
 from layers.tiers import Tier
 
 _STRAGGLER_HKEYS_LIMIT = 100_000
 _EXPIRY_INDEX_STEP = 200
+_SHELVE_STEP = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +65,7 @@ def migrate_step(archive: ArchiveLayer, max_batches: int | None = None, now: flo
     tier = archive.tier()
     if tier is Tier.SIMPLE:
         return 0
-    moved = move_simple_step(archive, tier, max_batches)
+    moved = move_simple_step(archive, tier, max_batches) or shelve_step(archive)
     if moved or tier is not Tier.SUMMARY:
         return moved
     return index_expiry_step(archive) or sweep_expired(archive, now=now)
@@ -166,6 +171,27 @@ def _delete_unchanged(archive: ArchiveLayer, pairs: list[tuple[str, bytes]]) -> 
         scripts("hdel_if_equal", [archive.keys.completed], args)
 
 
+def shelve_step(archive: ArchiveLayer) -> int:
+    """Move the batch keys of versions before shelves into shelves: a cursor walk over the batch
+    numbers (``shelve_cursor``), `_SHELVE_STEP` batches a step, done once (``shelved``); a
+    namespace begun with shelves has none to move. Returns the batches walked, 0 once done."""
+    r, keys, policy = archive.redis, archive.keys, archive.policy
+    meta: Any = r.hmget(keys.archive_meta, ["shelved", "shelve_cursor", "max_pid"])
+    if meta[0]:
+        return 0
+    cursor = int(meta[1] or 0)
+    last_batch = policy.batch_of(int(meta[2] or 0))
+    if cursor > last_batch:
+        r.hset(keys.archive_meta, "shelved", 1)
+        return 0
+    numbers = range(cursor, min(last_batch + 1, cursor + _SHELVE_STEP))
+    stored = archive.shelves.read(numbers)
+    old = {b: batch for b, batch in stored.items() if batch.legacy is not None}
+    if archive.shelve(old) == len(old):  # else walked again: a batch sealed meanwhile is read anew
+        r.hset(keys.archive_meta, "shelve_cursor", numbers[-1] + 1)
+    return len(numbers)
+
+
 def index_expiry_step(archive: ArchiveLayer) -> int:
     """Put batches sealed before the summary tier into the expiry index, a cursor walk (once).
 
@@ -180,12 +206,10 @@ def index_expiry_step(archive: ArchiveLayer) -> int:
     numbers = list(range(cursor, min(last_batch + 1, cursor + _EXPIRY_INDEX_STEP)))
     scores: Any = r.zmscore(keys.expiry, [str(b) for b in numbers])
     missing = [b for b, score in zip(numbers, scores, strict=True) if score is None]  # not sealed in this tier
-    pipe = r.pipeline(transaction=False)
-    for b in missing:
-        pipe.get(keys.batch(b))
-    blobs = pipe.execute()
+    stored = archive.shelves.read(missing)
     newest: dict[str, int] = {}
-    for b, blob in zip(missing, blobs, strict=True):
+    for b in missing:
+        blob = stored[b].blob
         if blob is None:
             continue
         try:
@@ -210,20 +234,23 @@ def sweep_expired(archive: ArchiveLayer, now: float | None = None, limit: int = 
     due: Any = r.zrangebyscore(keys.expiry, "-inf", cutoff, start=0, num=limit)
     if not due:
         return 0
+    numbers = [int(b) for b in due]
+    stored = archive.shelves.read(numbers)
+    counts: dict[int, int] = {}
     pipe = r.pipeline(transaction=False)
-    for b in due:
-        pipe.get(keys.batch(int(b)))
-    blobs = pipe.execute()
-    expired = 0
-    pipe = r.pipeline(transaction=False)
-    for b, blob in zip(due, blobs, strict=True):
-        if blob is not None:
+    for b in numbers:
+        counts[b] = 0
+        for blob in (stored[b].legacy, stored[b].slot):  # the shelf's count wins: it holds the old key's too
+            if blob is None:
+                continue
             try:
-                expired += blob_record_count(blob)
+                counts[b] = blob_record_count(blob)
             except DecodeError:
-                pipe.set(keys.quarantine(int(b)), blob)
-        pipe.delete(keys.batch(int(b)))
-        pipe.zrem(keys.expiry, b)
+                pipe.set(keys.quarantine(b), blob)
+    dropped = archive.shelves.write([SlotWrite(b, stored[b].slot, b"", stored[b].legacy) for b in numbers])
+    expired = sum(counts[b] for b in dropped)  # a batch sealed again meanwhile waits for its new time
+    if dropped:
+        pipe.zrem(keys.expiry, *(str(b) for b in dropped))
     pipe.hincrby(keys.archive_meta, "expired", expired)
     pipe.hset(
         keys.archive_meta,

@@ -28,7 +28,7 @@ from stats.reader import StatsReader
 from stats.rollup import RollupBuilder, add_partitions
 
 Progress = Callable[[int, int], None]
-_CHUNK = 200
+_CHUNK = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +105,9 @@ class StatsChecker:
         byte = pid >> 3
         return byte < len(index) and bool(index[byte] & (0x80 >> (pid & 7)))
 
-    def _detail(self, index: bytes, report: CheckReport, progress: Progress | None) -> dict[int, ArchivedPartition]:
+    def _detail(
+        self, index: bytes, report: CheckReport, progress: Progress | None, repair: bool
+    ) -> dict[int, ArchivedPartition]:
         """Every counted partition whose detail still exists, by pid."""
         k, policy = self.keys, self.archive.policy
         found: dict[int, ArchivedPartition] = {}
@@ -117,11 +119,16 @@ class StatsChecker:
             numbers = range(start, min(last_batch + 1, start + _CHUNK))
             pipe = self.redis.pipeline(transaction=False)
             for b in numbers:
-                pipe.get(k.batch(b))
                 pipe.hvals(k.staging(b))
+            parse = self.archive.shelves.add_reads(pipe, numbers, repair=repair)
             replies = pipe.execute()
-            for b, blob, staged in zip(numbers, replies[::2], replies[1::2], strict=True):
-                if blob is not None:
+            stored = parse(replies[len(numbers) :])
+            for b, staged in zip(numbers, replies, strict=False):
+                if stored[b].damaged:
+                    report.undecodable_batches.append(b)
+                for blob in (stored[b].slot, stored[b].legacy):
+                    if blob is None:
+                        continue
                     try:
                         for part in self.archive.decode_batch(blob):
                             if self._bit(index, part.partition_id):
@@ -146,7 +153,7 @@ class StatsChecker:
         report = CheckReport()
         index = self._index()
         width = self.reader.range_width()
-        detail = self._detail(index, report, progress)
+        detail = self._detail(index, report, progress, repair)
         report.partitions_with_detail = len(detail)
         indexed_per_range: dict[int, int] = defaultdict(int)
         for byte_no, byte in enumerate(index):

@@ -22,6 +22,8 @@ from codec import (
     encode_blob,
     encode_text,
 )
+from codec.columnar import _column, _get_column
+from codec.varint import put_svarint
 
 SEED_EXAMPLE = "P4970:4969001-4970000:w1:1719234405:295,P4971:4970001-4971000:w2:1719234410:300"
 
@@ -82,6 +84,61 @@ def batches(draw: st.DrawFn) -> list[ArchivedPartition]:
         start, width = draw(st.integers(1, 2**30)), draw(st.integers(1, 10**6))
         pids = sorted(draw(st.sets(st.integers(start, start + 500), min_size=1, max_size=60)))
         out = [ArchivedPartition(p, (p - 1) * width, p * width - 1, names[p % len(names)], p + 7, 300) for p in pids]
+        if draw(st.booleans()):  # completed at a steady rate (1/256 s per id upwards), with noise
+            rate, noise = draw(st.integers(-(2**12), 2**20)), draw(st.integers(0, 1000))
+            t0 = draw(st.integers(2**20, 2**40))
+            out = [
+                p._replace(
+                    completed_at=t0 + ((rate * (p.partition_id - pids[0])) >> 8) + draw(st.integers(0, noise)),
+                    duration=draw(st.integers(240, 360)),
+                )
+                for p in out
+            ]
+    return out
+
+
+@settings(max_examples=300)
+@given(
+    st.integers(0, 2**32).flatmap(
+        lambda spread: st.tuples(
+            st.integers(-(2**63), 2**63 - 1 - spread),
+            st.just(spread),
+            st.lists(st.integers(0, spread), min_size=0, max_size=300),
+        )
+    )
+)
+def test_a_column_round_trips_in_whichever_packing_is_smaller(case: tuple[int, int, list[int]]) -> None:
+    base, _, offsets = case
+    values = [base + o for o in offsets]
+    packed = _column(values)
+    assert _get_column(packed, 0, len(values)) == (values, len(packed))
+    width = (max(values) - min(values)).bit_length() if values else 0
+    assert len(packed) <= 1 + len(bytes(_svarint(min(values, default=0)))) + (len(values) * width + 7) // 8
+
+
+def test_radix_columns_cost_log2_of_the_range_and_refuse_values_beyond_it() -> None:
+    values = [i % 6 for i in range(99)]
+    packed = _column(values)
+    assert packed[0] == 65 and len(packed) <= 3 + 33  # 99 * log2(6) = 256 bits, against 3 bits a value (38 B)
+    group = bytearray(packed)
+    group[3:9] = (6**17).to_bytes(6, "little")  # the first group (17 values, 44 bits) at R^k: past its range
+    with pytest.raises(DecodeError, match="out of range"):
+        _get_column(bytes(group), 0, 99)
+    with pytest.raises(DecodeError, match="truncated"):
+        _get_column(packed[:-1], 0, 99)
+
+
+def test_times_at_a_steady_rate_are_stored_as_residuals_from_a_line() -> None:
+    records = list(standard_workload(199))[99:]  # a batch: 3 s an id plus 0-5 s of noise
+    workers = WorkerMap()
+    plain = encode_blob(records, workers, compress=False)
+    assert decode_blob(plain, workers) == records and plain[8 + 1] & 4  # the flag of a time line
+    assert len(plain) <= 224
+
+
+def _svarint(value: int) -> bytearray:
+    out = bytearray()
+    put_svarint(out, value)
     return out
 
 

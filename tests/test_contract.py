@@ -86,7 +86,7 @@ def test_batches_seal_once_and_read_back(any_redis: redis.Redis, namespace: str)
     assert archive.seal_many(by_batch) == 3
     assert archive.seal_idle() == 0  # batch 1 was sealed with its staged records
     for b in (1, 2, 3):
-        blob = any_redis.get(keys.batch(b))
+        blob = archive.batch_blob(b)
         assert archive.decode_batch(blob) == [p for p in parts if p.partition_id // 100 == b]  # type: ignore[arg-type]
     assert archive.open_batch_count() == 0 and sum(archive.seals.values()) == 3
 

@@ -184,7 +184,7 @@ def test_lookups_use_the_stored_batch_size_whatever_is_configured(real_redis: re
     daemon = _daemon(real_redis, namespace, batch_size=50, compressed_from=0, seal_idle_s=0)
     drain(daemon)
     daemon.maintain(force=True)
-    assert real_redis.exists(keys.batch(1)) and not real_redis.exists(keys.staging(1))
+    assert daemon.archive.batch_blob(1) and not real_redis.exists(keys.staging(1))
     router = QueryRouter(real_redis, namespace, policy=TierPolicy())  # configured with the default 100
     answer = router.get(75)
     assert answer.source is Source.BATCH and answer.partition is not None and answer.partition.partition_id == 75

@@ -13,6 +13,7 @@ from archiver.daemon import drain
 from codec import ArchivedPartition
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy
 from layers.maintenance import MaintenanceLock
+from layers.shelves import SlotWrite
 from stats import StatsChecker, StatsReader
 from tests.conftest import Clock
 from tests.helpers import complete_partitions, kill_archiver_when, start_archiver, wait_for
@@ -219,7 +220,8 @@ def test_repair_never_counts_below_the_index(real_redis: redis.Redis, namespace:
     """With detail expired, a range is checked by count only and repaired up to the index."""
     policy = TierPolicy(compressed_from=0, seal_idle_s=0)
     archive = archive_known_parts(real_redis, namespace, policy)
-    real_redis.delete(archive.keys.batch(0))  # detail gone, as after expiry
+    stored = archive.shelves.read([0])[0]
+    archive.shelves.write([SlotWrite(0, stored.slot, b"")])  # detail gone, as after expiry
     real_redis.hset(archive.keys.stats_range(1), "count", 2)
     checker = StatsChecker(real_redis, namespace, policy=policy)
     report = checker.check(repair=True)
@@ -293,7 +295,7 @@ def test_verify_fails_on_a_batch_it_cannot_decode(real_redis: redis.Redis, names
     drain(daemon)
     daemon.maintain(force=True)
     assert StatsChecker(real_redis, keys).check().ok
-    real_redis.set(keys.batch(1), b"\x00garbage")
+    real_redis.set(keys.batch(1), b"\x00garbage")  # a batch key from before shelves, damaged
     report = StatsChecker(real_redis, keys).check()
     assert not report.ok and report.undecodable_batches == [1]
     done = run_cli(engine_url, namespace, "stats", "verify")

@@ -11,7 +11,9 @@ import redis
 from archiver import ArchiverDaemon, Config, QueryRouter, Source
 from archiver.daemon import drain
 from codec import ArchivedPartition, ValidationError
+from codec.shelf import SHELF_SLOTS, pack_shelf, unpack_shelf
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, Tier, TierPolicy, migrate_step
+from layers.shelves import StoredBatch
 from tests.conftest import delete_namespace
 from tests.helpers import archive_now, complete_partitions
 
@@ -35,6 +37,15 @@ def store(layer: ArchiveLayer, records: list[ArchivedPartition]) -> None:
     archive_now(layer, [(f"0-{r.partition_id}", r) for r in records])
 
 
+def put_slot(client: redis.Redis, layer: ArchiveLayer, batch_no: int, blob: bytes) -> None:
+    """Overwrite one slot of a batch's shelf as it is, bypassing every check (a damaged blob)."""
+    shelf_no, slot = divmod(batch_no, SHELF_SLOTS)
+    held = client.get(layer.keys.shelf(shelf_no))
+    slots = unpack_shelf(held) if held else [None] * SHELF_SLOTS  # type: ignore[arg-type]
+    slots[slot] = blob
+    client.set(layer.keys.shelf(shelf_no), pack_shelf(slots))
+
+
 def router(client: redis.Redis, namespace: str, layer: ArchiveLayer) -> QueryRouter:
     return QueryRouter(client, namespace, policy=layer.policy)
 
@@ -44,8 +55,8 @@ def test_compressed_tier_stages_then_seals_full_and_idle_batches(real_redis: red
     store(layer, parts(1, 250))
     keys = layer.keys
     assert layer.tier() is Tier.COMPRESSED
-    assert real_redis.exists(keys.batch(0), keys.batch(1)) == 2
-    assert not real_redis.exists(keys.batch(2)) and real_redis.hlen(keys.staging(2)) == 51
+    assert layer.batch_blob(0) and layer.batch_blob(1)
+    assert layer.batch_blob(2) is None and real_redis.hlen(keys.staging(2)) == 51
     q = router(real_redis, namespace, layer)
     assert q.get(150).source is Source.BATCH and q.get(220).source is Source.STAGING
     assert q.get(220).partition == parts(220, 1)[0]
@@ -53,7 +64,7 @@ def test_compressed_tier_stages_then_seals_full_and_idle_batches(real_redis: red
     assert q.get(220).source is Source.BATCH and not real_redis.exists(keys.staging(2))
     assert real_redis.bitcount(keys.index) == 250 and layer.archived_total() == 250
     assert real_redis.hlen(keys.completed) == 0 and layer.open_batch_count() == 0
-    blob_bytes = sum(real_redis.strlen(keys.batch(b)) for b in range(3))
+    blob_bytes = sum(len(layer.batch_blob(b) or b"") for b in range(3))
     json_bytes = sum(len(p.to_json()) for p in parts(1, 250))
     assert layer.compression_ratio() == round(json_bytes / blob_bytes, 2) > 10
 
@@ -65,16 +76,16 @@ def test_whole_batches_in_hand_are_sealed_without_staging(
     keys, staged, stage = layer.keys, [], layer.stage
     monkeypatch.setattr(layer, "stage", lambda recs: staged.extend(p.partition_id for p in recs) or stage(recs))
     store(layer, parts(1, 250))  # batches 0 (1..99) and 1 whole in hand; 200..250 staged
-    assert staged == list(range(200, 251)) and real_redis.exists(keys.batch(0), keys.batch(1)) == 2
+    assert staged == list(range(200, 251)) and layer.batch_blob(0) and layer.batch_blob(1)
     store(layer, parts(251, 100))  # batch 2 = 51 staged before + 49 in hand; batch 3 partial
     assert staged == list(range(200, 351))
-    assert layer.decode_batch(real_redis.get(keys.batch(2))) == parts(200, 100)  # type: ignore[arg-type]
+    assert layer.decode_batch(layer.batch_blob(2)) == parts(200, 100)  # type: ignore[arg-type]
     assert not real_redis.exists(keys.staging(2)) and real_redis.hlen(keys.staging(3)) == 51
     q = router(real_redis, namespace, layer)
     for pid in (1, 99, 100, 199, 200, 250, 251, 299):
         assert q.get(pid).source is Source.BATCH and q.get(pid).partition == parts(pid, 1)[0], pid
     assert q.get(320).source is Source.STAGING and layer.open_batch_count() == 1
-    blob_bytes = sum(real_redis.strlen(keys.batch(b)) for b in range(3))
+    blob_bytes = sum(len(layer.batch_blob(b) or b"") for b in range(3))
     json_bytes = sum(len(p.to_json()) for p in parts(1, 299))
     assert layer.compression_ratio() == round(json_bytes / blob_bytes, 2)  # counted once per record
 
@@ -86,7 +97,7 @@ def test_straggler_reseals_its_batch(real_redis: redis.Redis, namespace: str) ->
     layer.seal_idle()
     store(layer, [batch[40]])
     assert layer.seal_idle() == 1
-    assert layer.decode_batch(real_redis.get(layer.keys.batch(5))) == batch  # type: ignore[arg-type]
+    assert layer.decode_batch(layer.batch_blob(5)) == batch  # type: ignore[arg-type]
 
 
 def test_concurrent_archivers_sealing_one_batch_lose_nothing(real_redis: redis.Redis, namespace: str) -> None:
@@ -110,7 +121,7 @@ def test_concurrent_archivers_sealing_one_batch_lose_nothing(real_redis: redis.R
     assert errors == []
     layer = archive_layer(real_redis, namespace, compressed_from=0)
     layer.seal(7)
-    assert layer.decode_batch(real_redis.get(layer.keys.batch(7))) == batch  # type: ignore[arg-type]
+    assert layer.decode_batch(layer.batch_blob(7)) == batch  # type: ignore[arg-type]
     assert not real_redis.exists(layer.keys.staging(7))
 
 
@@ -124,15 +135,15 @@ def test_summary_tier_expires_from_completion_time(real_redis: redis.Redis, name
     while migrate_step(layer):  # indexes batches sealed before the tier moved up, then sweeps
         pass
     keys = layer.keys
-    assert not real_redis.exists(keys.batch(0))
-    assert real_redis.exists(keys.batch(1)) and real_redis.ttl(keys.batch(1)) == -1
+    assert layer.batch_blob(0) is None
+    assert layer.batch_blob(1) and real_redis.ttl(keys.shelf(0)) == -1
     old = q.get(5)
     assert old.source is Source.EXPIRED and old.degraded
     assert q.get(150).source is Source.BATCH
     later = time.time() + 4
     assert q.get(150).source is Source.BATCH
     assert migrate_step(layer, now=later) == 100  # the sweep counts what it expires
-    assert not real_redis.exists(keys.batch(1)) and real_redis.zcard(keys.expiry) == 0
+    assert not real_redis.exists(keys.shelf(0)) and real_redis.zcard(keys.expiry) == 0  # the emptied shelf is gone
     assert q.get(150).source is Source.EXPIRED
     assert real_redis.getbit(keys.index, 150) == 1  # "ever completed" survives expiry
     assert int(real_redis.hget(keys.archive_meta, "expired")) == 199  # type: ignore[arg-type]
@@ -167,7 +178,7 @@ def test_simple_to_compressed_transition_moves_everything(real_redis: redis.Redi
     assert steps >= 7  # bounded chunks of 150
     assert layer.simple_size() == 0 and not real_redis.exists(layer.keys.completed)
     assert all(q.get(p).source is Source.BATCH for p in (1, 500, 999, 1000, 1199))
-    sealed = sum(real_redis.memory_usage(layer.keys.batch(b)) or 0 for b in range(12))
+    sealed = real_redis.memory_usage(layer.keys.shelf(0)) or 0
     assert sealed < memory_before / 5
 
 
@@ -180,17 +191,16 @@ def test_compressed_to_summary_indexes_existing_batches_for_expiry(real_redis: r
     while migrate_step(layer):
         pass
     assert [int(b) for b in real_redis.zrange(layer.keys.expiry, 0, -1)] == [0, 1, 2, 3]
-    assert all(real_redis.ttl(layer.keys.batch(b)) == -1 for b in range(4))
+    assert real_redis.ttl(layer.keys.shelf(0)) == -1
     assert migrate_step(layer, now=NOW + 3599) == 0 and migrate_step(layer, now=NOW + 3601) == 399
 
 
 def test_corrupt_batch_blob_degrades_and_is_counted(real_redis: redis.Redis, namespace: str) -> None:
     layer = archive_layer(real_redis, namespace, compressed_from=0)
     store(layer, parts(100, 100))
-    key = layer.keys.batch(1)
-    blob = bytearray(real_redis.get(key))  # type: ignore[arg-type]
+    blob = bytearray(layer.batch_blob(1))  # type: ignore[arg-type]
     blob[20] ^= 0x10
-    real_redis.set(key, bytes(blob))
+    put_slot(real_redis, layer, 1, bytes(blob))
     q = router(real_redis, namespace, layer)
     answer = q.get(150)
     assert answer.degraded and answer.source is Source.EXPIRED and "cannot be decoded" in answer.detail
@@ -232,12 +242,11 @@ def test_resealing_a_corrupt_batch_quarantines_the_blob(real_redis: redis.Redis,
     batch = parts(300, 100)
     store(layer, batch[:99])
     layer.seal_idle()
-    key = layer.keys.batch(3)
     corrupt = b"\xa7P\x01\x01garbage"
-    real_redis.set(key, corrupt)
+    put_slot(real_redis, layer, 3, corrupt)
     store(layer, batch[99:])  # a straggler arrives for the corrupt batch
     layer.seal_idle()
-    assert layer.decode_batch(real_redis.get(key)) == batch[99:]  # type: ignore[arg-type]
+    assert layer.decode_batch(layer.batch_blob(3)) == batch[99:]  # type: ignore[arg-type]
     assert real_redis.get(layer.keys.quarantine(3)) == corrupt
     dead = real_redis.xrange(layer.keys.dead_letter)
     assert any(b"quarantined" in d[1][b"reason"] for d in dead)
@@ -248,7 +257,7 @@ def test_a_corrupt_staged_record_is_dead_lettered_not_fatal(real_redis: redis.Re
     store(layer, parts(400, 10))
     real_redis.hset(layer.keys.staging(4), "455", b"{broken")
     assert layer.seal_idle() == 1
-    assert [p.partition_id for p in layer.decode_batch(real_redis.get(layer.keys.batch(4)))] == list(  # type: ignore[arg-type]
+    assert [p.partition_id for p in layer.decode_batch(layer.batch_blob(4))] == list(  # type: ignore[arg-type]
         range(400, 410)
     )
     assert not real_redis.exists(layer.keys.staging(4))
@@ -260,7 +269,7 @@ def test_a_batch_with_only_corrupt_staged_records_is_cleared(real_redis: redis.R
     layer.stage(parts(300, 1))
     real_redis.hset(layer.keys.staging(3), "300", b"{broken")
     assert layer.seal(3) is False
-    assert not real_redis.exists(layer.keys.staging(3)) and not real_redis.exists(layer.keys.batch(3))
+    assert not real_redis.exists(layer.keys.staging(3)) and layer.batch_blob(3) is None
     assert layer.open_batch_count() == 0
     assert len(real_redis.xrange(layer.keys.dead_letter)) == 1
 
@@ -280,27 +289,37 @@ def test_index_lookup_agrees_with_getbit_dense_or_scattered(
     assert layer.indexed(list(reversed(asked))) == list(reversed(expected))
 
 
-def test_seal_many_writes_in_one_pass_and_reseals_a_batch_changed_meanwhile(
-    real_redis: redis.Redis, namespace: str
+@pytest.mark.parametrize("meanwhile", ["staged", "sealed"])
+def test_seal_many_writes_in_one_pass_and_loses_nothing_changed_meanwhile(
+    real_redis: redis.Redis, namespace: str, meanwhile: str
 ) -> None:
-    layer = archive_layer(real_redis, namespace, compressed_from=0)
+    """Between the read and the write of batch 11, another archiver either stages a record into
+    it (kept staged, the batch stays open for the next seal) or seals one into it (the write is
+    refused and the batch sealed again with both)."""
+    layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=0)
+    other = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=0)
     records = parts(1000, 300)
     by_batch = {b: [r for r in records if r.partition_id // 100 == b] for b in (10, 11, 12)}
     late = parts(1150, 1)[0]
     original = layer._prepare_seal
 
-    def stage_meanwhile(batch_no: int, *args: object, **kwargs: object) -> object:
-        prepared = original(batch_no, *args, **kwargs)  # type: ignore[arg-type]
-        if batch_no == 11:
-            layer.stage([late])  # another archiver stages into batch 11 before the write
+    def change_meanwhile(stored: StoredBatch, *args: object, **kwargs: object) -> object:
+        prepared = original(stored, *args, **kwargs)  # type: ignore[arg-type]
+        if stored.batch_no == 11 and not other.seals:
+            other.stage([late]) if meanwhile == "staged" else other.seal(11, extra=[late])
         return prepared
 
-    layer._prepare_seal = stage_meanwhile  # type: ignore[method-assign]
+    layer._prepare_seal = change_meanwhile  # type: ignore[method-assign]
     assert layer.seal_many({b: [r for r in rs if r != late] for b, rs in by_batch.items()}) == 3
+    if meanwhile == "staged":
+        assert real_redis.hkeys(layer.keys.staging(11)) == [b"1150"] and layer.open_batch_count() == 1
+        assert layer.seal_idle() == 1
+    else:
+        assert other.seals[11] == 1 and layer.seals[11] == 1  # written once, after one refusal
     for b, rs in by_batch.items():
-        assert layer.decode_batch(real_redis.get(layer.keys.batch(b))) == rs  # type: ignore[arg-type]
+        assert layer.decode_batch(layer.batch_blob(b)) == rs  # type: ignore[arg-type]
         assert not real_redis.exists(layer.keys.staging(b))
-    assert layer.seals[11] == 1 and layer.open_batch_count() == 0
+    assert layer.open_batch_count() == 0
 
 
 def test_a_registry_lost_with_redis_is_not_trusted_from_memory(real_redis: redis.Redis, namespace: str) -> None:
@@ -317,6 +336,6 @@ def test_a_registry_lost_with_redis_is_not_trusted_from_memory(real_redis: redis
     b.seal_many({2: [ArchivedPartition(p, p, p, "y", NOW, 1) for p in range(200, 300)]})  # y is now 1
     x_batch = [ArchivedPartition(p, p, p, "x", NOW, 1) for p in range(300, 400)]
     a.seal(3, extra=x_batch)
-    assert b.decode_batch(real_redis.get(a.keys.batch(3))) == x_batch  # type: ignore[arg-type]
+    assert b.decode_batch(a.batch_blob(3)) == x_batch  # type: ignore[arg-type]
     answer = reader.get(250)
     assert answer.partition is not None and answer.partition.worker_id == "y"

@@ -53,7 +53,7 @@ def everything_in_one_place(client: redis.Redis, layer: ArchiveLayer, parts: lis
     assert layer.simple_size() == 0 and layer.open_batch_count() == 0
     stored: dict[int, ArchivedPartition] = {}
     for b in range(layer.policy.batch_of(max(p.partition_id for p in parts)) + 1):
-        blob = client.get(layer.keys.batch(b))
+        blob = layer.batch_blob(b)
         for p in layer.decode_batch(blob) if blob else []:  # type: ignore[arg-type]
             assert p.partition_id not in stored
             stored[p.partition_id] = p
@@ -90,7 +90,7 @@ def test_stragglers_behind_the_cursor_are_moved_in_order(real_redis: redis.Redis
     while migrate_step(layer):
         pass
     assert layer.simple_size() == 0
-    batch0 = {p.partition_id: p for p in layer.decode_batch(real_redis.get(layer.keys.batch(0)))}  # type: ignore[arg-type]
+    batch0 = {p.partition_id: p for p in layer.decode_batch(layer.batch_blob(0))}  # type: ignore[arg-type]
     assert batch0[5].worker_id == "late" and len(batch0) == 99
     assert QueryRouter(real_redis, layer.keys, policy=layer.policy).get(2999).source is Source.BATCH
 
@@ -194,7 +194,7 @@ def test_retention_changed_at_run_time(real_redis: redis.Redis, namespace: str) 
     assert layer.tier() is Tier.SUMMARY
     while migrate_step(layer):  # batches sealed while the tier was still compressed join the expiry index
         pass
-    assert real_redis.zcard(keys.expiry) == 3 and real_redis.exists(keys.batch(1))
+    assert real_redis.zcard(keys.expiry) == 3 and layer.batch_blob(1)
     q = QueryRouter(real_redis, keys, policy=layer.policy)
     assert q.get(150).source is Source.BATCH
     assert layer.set_retention(3600) == 3600  # every reader and the sweep use the stored policy at once
@@ -202,7 +202,7 @@ def test_retention_changed_at_run_time(real_redis: redis.Redis, namespace: str) 
     assert answer.source is Source.EXPIRED and answer.degraded
     while migrate_step(layer):
         pass
-    assert real_redis.zcard(keys.expiry) == 0 and not real_redis.exists(keys.batch(1))
+    assert real_redis.zcard(keys.expiry) == 0 and not real_redis.exists(keys.shelf(0))
     assert int(real_redis.hget(keys.archive_meta, "expired")) == 299  # type: ignore[arg-type]
     assert real_redis.getbit(keys.index, 150) == 1 and layer.archived_total() == 299
 

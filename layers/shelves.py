@@ -1,0 +1,148 @@
+"""Where sealed batches are stored: shelves of `SHELF_SLOTS` batches (format in `codec.shelf`).
+
+Batch ``b`` is slot ``b % 64`` of shelf ``b // 64``. Versions before shelves kept one key per
+batch (`KeySchema.batch`); those keys are still read, a seal moves its batch into the shelf and
+deletes the old key, and `layers.transitions.shelve_step` moves the rest. Every read here
+therefore returns both, and a batch's records are the union of the two (the shelf wins).
+
+A slot is written by `shelf_put.lua` only if it still holds what the writer read, so concurrent
+sealers and the expiry sweep never overwrite each other's work: the one refused reads again.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from codec import DecodeError
+from codec.shelf import SHELF_SLOTS, shelf_slot
+from layers.errors import WrongKeyType
+from layers.keys import KeySchema
+from layers.queue import DEAD_LETTERS_KEPT
+from layers.replies import as_text
+from layers.scripts import Scripts
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBatch:
+    """What Redis holds for one sealed batch."""
+
+    batch_no: int
+    slot: bytes | None  # the blob in the batch's shelf slot
+    legacy: bytes | None = None  # the batch's own key (written before shelves)
+    damaged: str = ""  # why the shelf could not be read ('' if it could)
+
+    @property
+    def blob(self) -> bytes | None:
+        """The blob a reader decodes first (the shelf's, else the old key's)."""
+        return self.slot if self.slot is not None else self.legacy
+
+
+@dataclass(frozen=True, slots=True)
+class SlotWrite:
+    batch_no: int
+    held: bytes | None  # the slot as read (None: empty); the write is refused if it changed since
+    blob: bytes  # b'' empties the slot
+    legacy: bytes | None = None  # the batch's own key as read (deleted once written, if unchanged)
+
+
+def shelf_of(batch_no: int) -> tuple[int, int]:
+    """(shelf number, slot) of a batch."""
+    return divmod(batch_no, SHELF_SLOTS)
+
+
+class ShelfStore:
+    def __init__(self, client: redis.Redis, keys: KeySchema) -> None:
+        self.redis = client
+        self.keys = keys
+        self._scripts = Scripts.of(client)
+
+    def read(self, numbers: Iterable[int], *, repair: bool = True) -> dict[int, StoredBatch]:
+        """The stored blobs of these batches, in one round trip (see `add_reads`)."""
+        pipe = self.redis.pipeline(transaction=False)
+        parse = self.add_reads(pipe, numbers, repair=repair)
+        return parse(pipe.execute())
+
+    def add_reads(
+        self, pipe: Any, numbers: Iterable[int], *, repair: bool = True
+    ) -> Callable[[Sequence[Any]], dict[int, StoredBatch]]:
+        """Queue the reads of these batches on ``pipe`` (a shelf is read once however many of its
+        batches are asked for); the function returned turns the replies to them, in order, into
+        the stored batches. A shelf whose slot table is damaged reads as empty, with the reason in
+        `StoredBatch.damaged`; with ``repair`` it is also quarantined, so the next seals rebuild
+        its batches from what is staged."""
+        wanted = sorted(set(numbers))
+        shelves = sorted({b // SHELF_SLOTS for b in wanted})
+        for s in shelves:
+            pipe.get(self.keys.shelf(s))
+        for b in wanted:
+            pipe.get(self.keys.batch(b))
+
+        def parse(replies: Sequence[Any]) -> dict[int, StoredBatch]:
+            raw = dict(zip(shelves, replies, strict=False))
+            damaged: dict[int, str] = {}
+            out = {}
+            for b, legacy in zip(wanted, replies[len(shelves) : len(shelves) + len(wanted)], strict=True):
+                s, slot = shelf_of(b)
+                blob = None
+                if s not in damaged:
+                    try:
+                        blob = shelf_slot(raw[s], slot)
+                    except DecodeError as exc:
+                        damaged[s] = f"shelf {s} is corrupt: {exc}"
+                        if repair:
+                            self._quarantine(s, raw[s], str(exc))
+                out[b] = StoredBatch(b, blob, legacy, damaged.get(s, ""))
+            return out
+
+        return parse
+
+    def write(self, writes: Sequence[SlotWrite]) -> set[int]:
+        """Write slots, one script call per shelf; returns the batches written (the others
+        changed since they were read); the old per-batch keys of those written are deleted."""
+        by_shelf: dict[int, list[SlotWrite]] = defaultdict(list)
+        for w in writes:
+            by_shelf[w.batch_no // SHELF_SLOTS].append(w)
+        calls = []
+        for s, group in sorted(by_shelf.items()):
+            args: list[Any] = [SHELF_SLOTS]
+            for w in group:
+                args += [w.batch_no % SHELF_SLOTS, w.held or b"", w.blob]
+            calls.append(("shelf_put", [self.keys.shelf(s)], args))
+        replies = self._scripts.run_many(calls)
+        written: list[int] = []
+        for (s, group), reply in zip(sorted(by_shelf.items()), replies, strict=True):
+            if reply and as_text(reply[0]) == "err":
+                kind, detail = as_text(reply[1]), as_text(reply[2])
+                if kind == "wrong_type":
+                    raise WrongKeyType(detail)
+                if kind != "corrupt":
+                    raise RuntimeError(detail)
+                self._quarantine(s, self.redis.get(self.keys.shelf(s)), detail)
+                continue
+            written += [w.batch_no for w, ok in zip(group, reply, strict=True) if int(ok)]
+        done = set(written)
+        old = [(w.batch_no, w.legacy) for w in writes if w.legacy and w.batch_no in done]
+        if old:
+            self._scripts.run_many([("del_if_equal", [self.keys.batch(b)], [raw]) for b, raw in old])
+        return done
+
+    def _quarantine(self, shelf_no: int, raw: Any, reason: str) -> None:
+        """Keep a shelf with a damaged table aside (its blobs cannot be told apart) and remove it,
+        so the next seals rebuild its batches; the statistics still count their partitions."""
+        if raw is None:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(self.keys.shelf_quarantine(shelf_no), raw)
+        pipe.xadd(
+            self.keys.dead_letter,
+            {"entry": f"shelf:{shelf_no}", "reason": f"corrupt shelf quarantined: {reason}", "p": b""},
+            maxlen=DEAD_LETTERS_KEPT,
+            approximate=True,
+        )
+        pipe.execute()
+        self._scripts("del_if_equal", [self.keys.shelf(shelf_no)], [raw])
