@@ -16,7 +16,7 @@ import orjson
 import redis
 
 from codec import ArchivedPartition, encode_blob, encode_text
-from codec.shelf import SHELF_SLOTS, pack_shelf, unpack_shelf
+from codec.shelf import SHELF_SLOTS, pack_shelf, shelved, unpack_shelf
 from layers import KeySchema, TierPolicy, WorkerRegistry
 
 PIPELINE = 2000
@@ -95,7 +95,7 @@ def write_compressed(
         for batch_no, records in batches:
             workers = registry.register(r.worker_id for r in records)
             shelf_no, slot = divmod(batch_no, SHELF_SLOTS)
-            shelves.setdefault(shelf_no, [None] * SHELF_SLOTS)[slot] = encode_blob(records, workers)
+            shelves.setdefault(shelf_no, [None] * SHELF_SLOTS)[slot] = shelved(encode_blob(records, workers))
             if expire:  # the summary tier: the batch joins the expiry index
                 pipe.zadd(keys.expiry, {str(batch_no): max(r.completed_at for r in records)})
             _set_bits(pipe, keys, records)

@@ -25,8 +25,9 @@ batch completes at a roughly steady rate, and the residuals span less than the d
 encoder keeps whichever form is smaller.
 
 Layout: varint count, flags byte, varints first pid / first min_id (zigzag when flag 2 is set,
-always so since signed ids; older blobs have it unsigned) / first completed_at / (flag 4) the
-zigzag slope, then the six columns, each as: width byte (0-64) and zigzag varint base, then
+always so since signed ids; older blobs have it unsigned; with flag 8 as its difference from
+``(pid - 1) * (span + 1) + 1``, where equal-width partitions from id 1 start) / first
+completed_at / (flag 4) the zigzag slope, then the six columns, each as: width byte (0-64) and zigzag varint base, then
 ceil(n * width / 8) bytes; or byte 65, varint R and zigzag varint base, then the groups.
 Record order is kept, so decoding gives back exactly the list that was encoded.
 """
@@ -47,6 +48,7 @@ from codec.workers import WorkerMap
 _FLAG_PREDICTED_MIN = 1
 _FLAG_SIGNED_FIRST_MIN = 2
 _FLAG_TIME_LINE = 4
+_FLAG_FIRST_MIN_GUESS = 8
 _RADIX = 65  # the column-kind byte of a radix column (bit widths are 0..64)
 _MAX_RADIX = 1 << 32
 _MAX_SLOPE = 1 << 62
@@ -197,9 +199,14 @@ def encode_columns(records: Sequence[ArchivedPartition], workers: WorkerMap) -> 
     out = bytearray()
     put_uvarint(out, len(records))
     flags = (_FLAG_PREDICTED_MIN if predicted else 0) | _FLAG_SIGNED_FIRST_MIN
-    out.append(flags | (_FLAG_TIME_LINE if slope is not None else 0))
+    flags |= _FLAG_TIME_LINE if slope is not None else 0
+    first_min = mins[0]
+    if abs(first_min - _first_min_guess(pids[0], spans[0])) < abs(first_min):
+        flags |= _FLAG_FIRST_MIN_GUESS
+        first_min -= _first_min_guess(pids[0], spans[0])
+    out.append(flags)
     put_uvarint(out, pids[0])
-    put_svarint(out, mins[0])
+    put_svarint(out, first_min)
     put_uvarint(out, times[0])
     if slope is not None:
         put_svarint(out, slope)
@@ -210,6 +217,12 @@ def encode_columns(records: Sequence[ArchivedPartition], workers: WorkerMap) -> 
     out += time_column
     out += _column([r.duration for r in records])
     return bytes(out)
+
+
+def _first_min_guess(first_pid: int, first_span: int) -> int:
+    """Where the first partition's ids start if every partition before it had its width and
+    partition 1 started at id 1 (elk_coordinator's usual layout)."""
+    return (first_pid - 1) * (first_span + 1) + 1
 
 
 def _time_column(pids: list[int], times: list[int]) -> tuple[int | None, bytes]:
@@ -246,6 +259,8 @@ def decode_columns(buf: bytes, workers: WorkerMap) -> list[ArchivedPartition]:
     first_min, offset = (get_svarint if flags & _FLAG_SIGNED_FIRST_MIN else get_uvarint)(buf, offset)
     flags &= ~_FLAG_SIGNED_FIRST_MIN
     first_time, offset = get_uvarint(buf, offset)
+    first_min_guessed = bool(flags & _FLAG_FIRST_MIN_GUESS)
+    flags &= ~_FLAG_FIRST_MIN_GUESS
     slope = None
     if flags & _FLAG_TIME_LINE:
         slope, offset = get_svarint(buf, offset)
@@ -261,6 +276,8 @@ def decode_columns(buf: bytes, workers: WorkerMap) -> list[ArchivedPartition]:
     if offset != len(buf):
         raise DecodeError("trailing bytes after the last column")
     pids = list(accumulate(pid_deltas, initial=first_pid))
+    if first_min_guessed:
+        first_min += _first_min_guess(first_pid, spans[0])
     if flags == _FLAG_PREDICTED_MIN and not any(min_col) and min(spans) == max(spans):
         step = spans[0] + 1
         mins = [first_min + (pid - first_pid) * step for pid in pids]

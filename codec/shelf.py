@@ -9,9 +9,12 @@ that once for 64 batches, and batch ``b`` stays addressable: shelf ``b // 64``, 
     offset 3       1 byte    slot count N
     offset 4       4N bytes  per slot, little-endian u32: where its blob ends, counted from the
                              start of the data (an empty slot ends where the one before it does)
-    offset 4 + 4N  data      the slots' framed blobs (see `codec.framing`), in slot order
+    offset 4 + 4N  data      the slots' framed blobs (see `codec.framing`) less their first three
+                             bytes (magic and version, which the shelf header already says), in
+                             slot order
 
-A slot's blob carries its own header and checksum, so a damaged slot is found when decoded.
+A slot's blob keeps its codec byte and checksum (which covers the three bytes left out), so a
+damaged slot is found when decoded; `shelved` and `unshelved` convert between the two forms.
 `layers/lua/shelf_put.lua` writes this format on the server; `pack_shelf` is its twin for
 bulk writers and tests.
 """
@@ -23,11 +26,25 @@ from collections.abc import Sequence
 from itertools import pairwise
 
 from codec.errors import DecodeError, ValidationError
+from codec.framing import FORMAT_VERSION, MAGIC
 
 SHELF_MAGIC = b"\xa7S"
 SHELF_VERSION = 1
 SHELF_SLOTS = 64
 _HEAD = struct.Struct("<2sBB")
+_BLOB_PREFIX = MAGIC + bytes((FORMAT_VERSION,))
+
+
+def shelved(blob: bytes) -> bytes:
+    """A framed blob as a slot holds it (b'' stays b'')."""
+    if blob and not blob.startswith(_BLOB_PREFIX):
+        raise ValidationError("only framed blobs of format 1 go into a shelf")
+    return blob[len(_BLOB_PREFIX) :]
+
+
+def unshelved(stored: bytes | None) -> bytes | None:
+    """The framed blob a slot holds (None for an empty slot)."""
+    return _BLOB_PREFIX + stored if stored else None
 
 
 def pack_shelf(slots: Sequence[bytes | None], slot_count: int = SHELF_SLOTS) -> bytes:

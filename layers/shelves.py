@@ -19,7 +19,7 @@ from typing import Any
 import redis
 
 from codec import DecodeError
-from codec.shelf import SHELF_SLOTS, shelf_slot
+from codec.shelf import SHELF_SLOTS, shelf_slot, shelved, unshelved
 from layers.errors import WrongKeyType
 from layers.keys import KeySchema
 from layers.queue import DEAD_LETTERS_KEPT
@@ -91,7 +91,7 @@ class ShelfStore:
                 blob = None
                 if s not in damaged:
                     try:
-                        blob = shelf_slot(raw[s], slot)
+                        blob = unshelved(shelf_slot(raw[s], slot))
                     except DecodeError as exc:
                         damaged[s] = f"shelf {s} is corrupt: {exc}"
                         if repair:
@@ -111,7 +111,7 @@ class ShelfStore:
         for s, group in sorted(by_shelf.items()):
             args: list[Any] = [SHELF_SLOTS]
             for w in group:
-                args += [w.batch_no % SHELF_SLOTS, w.held or b"", w.blob]
+                args += [w.batch_no % SHELF_SLOTS, shelved(w.held or b""), shelved(w.blob)]
             calls.append(("shelf_put", [self.keys.shelf(s)], args))
         replies = self._scripts.run_many(calls)
         written: list[int] = []

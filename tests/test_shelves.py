@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from archiver import QueryRouter, Source
 from archiver.export import Exporter
 from codec import ArchivedPartition, DecodeError, encode_blob
-from codec.shelf import SHELF_SLOTS, pack_shelf, shelf_slot, unpack_shelf
+from codec.shelf import SHELF_SLOTS, pack_shelf, shelf_slot, shelved, unpack_shelf
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy, WrongKeyType, migrate_step
 from layers.shelves import SlotWrite
 from stats import StatsChecker
@@ -88,8 +88,9 @@ def test_the_lua_writer_builds_what_pack_shelf_builds(any_redis: redis.Redis, da
             chosen = data.draw(st.lists(st.integers(0, SHELF_SLOTS - 1), min_size=1, max_size=4, unique=True))
             writes, stale = [], data.draw(st.booleans())
             for slot in chosen:
-                blob = data.draw(st.one_of(st.just(b""), st.binary(min_size=1, max_size=30)))
-                held = (model[slot] or b"") + b"-stale" if stale else model[slot]
+                body = data.draw(st.one_of(st.just(b""), st.binary(min_size=1, max_size=30)))
+                blob = b"\xa7P\x01" + body if body else b""  # a framed blob's prefix, then anything
+                held = b"\xa7P\x01stale" + (model[slot] or b"") if stale else model[slot]
                 writes.append(SlotWrite(3 * SHELF_SLOTS + slot, held, blob))
             written = layer.shelves.write(writes)
             if stale:
@@ -98,7 +99,7 @@ def test_the_lua_writer_builds_what_pack_shelf_builds(any_redis: redis.Redis, da
                 if w.batch_no in written:
                     model[w.batch_no % SHELF_SLOTS] = w.blob or None
             held_raw = any_redis.get(key)
-            assert (held_raw or b"") == pack_shelf(model)
+            assert (held_raw or b"") == pack_shelf([shelved(m) if m else None for m in model])
             got = layer.shelves.read(range(3 * SHELF_SLOTS, 4 * SHELF_SLOTS))
             assert [got[b].slot for b in sorted(got)] == model
     finally:
@@ -109,7 +110,7 @@ def test_a_shelf_key_of_another_type_is_refused_untouched(real_redis: redis.Redi
     layer = layer_on(real_redis, namespace)
     real_redis.rpush(layer.keys.shelf(0), "x")
     with pytest.raises(WrongKeyType):
-        layer.shelves.write([SlotWrite(1, "", b"blob")])
+        layer.shelves.write([SlotWrite(1, None, b"\xa7P\x01blob")])
     assert real_redis.lrange(layer.keys.shelf(0), 0, -1) == [b"x"]
 
 

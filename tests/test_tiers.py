@@ -11,7 +11,7 @@ import redis
 from archiver import ArchiverDaemon, Config, QueryRouter, Source
 from archiver.daemon import drain
 from codec import ArchivedPartition, ValidationError
-from codec.shelf import SHELF_SLOTS, pack_shelf, unpack_shelf
+from codec.shelf import SHELF_SLOTS, pack_shelf, shelved, unpack_shelf
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, Tier, TierPolicy, migrate_step
 from layers.shelves import StoredBatch
 from tests.conftest import delete_namespace
@@ -42,7 +42,7 @@ def put_slot(client: redis.Redis, layer: ArchiveLayer, batch_no: int, blob: byte
     shelf_no, slot = divmod(batch_no, SHELF_SLOTS)
     held = client.get(layer.keys.shelf(shelf_no))
     slots = unpack_shelf(held) if held else [None] * SHELF_SLOTS  # type: ignore[arg-type]
-    slots[slot] = blob
+    slots[slot] = shelved(blob)
     client.set(layer.keys.shelf(shelf_no), pack_shelf(slots))
 
 
