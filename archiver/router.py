@@ -139,7 +139,7 @@ class QueryRouter:
             blobs = []  # past its retention: the sweep has not deleted it yet, reads already do not see it
         for blob in blobs:
             try:
-                records = self.archive.decode_batch(blob)
+                part = self.archive.find_in_batch(blob, pid)
                 self.decode_successes += 1
                 self._decoded.inc()
             except DecodeError as exc:
@@ -147,9 +147,8 @@ class QueryRouter:
                 self._undecodable.inc()
                 problem, corrupt = f"archived batch {batch_no} cannot be decoded: {exc}", True
                 continue
-            for part in records:
-                if part.partition_id == pid:
-                    return Answer(pid, Source.BATCH, part)
+            if part is not None:
+                return Answer(pid, Source.BATCH, part)
         if indexed or corrupt:
             return self._fallback(pid, problem)
         if done:

@@ -1,7 +1,7 @@
 """Partition records and their encodings. Pure code: no Redis."""
 
 from codec.errors import DecodeError, PartArchiveError, ValidationError
-from codec.framing import Codec, blob_codec, blob_record_count, decode_blob, encode_blob
+from codec.framing import Codec, blob_codec, blob_record_count, decode_blob, encode_blob, find_in_blob
 from codec.record import ACTIVE_STATUSES, ArchivedPartition, PartitionInfo, Status
 from codec.text import decode_text, encode_text
 from codec.workers import WorkerMap
@@ -22,4 +22,5 @@ __all__ = [
     "decode_text",
     "encode_blob",
     "encode_text",
+    "find_in_blob",
 ]

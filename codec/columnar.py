@@ -35,6 +35,7 @@ Record order is kept, so decoding gives back exactly the list that was encoded.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache, partial
 from itertools import accumulate
 from operator import sub
@@ -247,8 +248,83 @@ def _time_column(pids: list[int], times: list[int]) -> tuple[int | None, bytes]:
     return (None, _column(deltas)) if best is None else (best[0], _column(best[1]))
 
 
-def decode_columns(buf: bytes, workers: WorkerMap) -> list[ArchivedPartition]:
-    """Decode a payload; anything malformed or out of range is a `DecodeError`."""
+@dataclass(frozen=True, slots=True)
+class _ColumnRef:
+    """Where one column lies in a payload, read from its header only: values on demand."""
+
+    buf: bytes
+    offset: int  # of the packed values
+    count: int
+    base: int
+    width: int  # bits a value (bit-packed) or a group (radix)
+    radix: int = 0  # 0: bit-packed
+
+    def all(self) -> list[int]:
+        return _get_column(self.buf, self.offset - self._head(), self.count)[0]
+
+    def at(self, index: int) -> int:
+        if self.radix:
+            per_group, _, _, tail_width = _radix_layout(self.radix, self.count)
+            group_no = index // per_group
+            width = self.width if group_no < self.count // per_group else tail_width
+            group = self._bits(group_no * self.width, width)
+            digit: int = (group // self.radix ** (index % per_group)) % self.radix
+            return self.base + digit
+        return self.base + self._bits(index * self.width, self.width) if self.width else self.base
+
+    def _bits(self, bit: int, width: int) -> int:
+        start = self.offset + bit // 8
+        return (int.from_bytes(self.buf[start : self.offset + (bit + width) // 8 + 1], "little") >> (bit % 8)) & (
+            (1 << width) - 1
+        )
+
+    def _head(self) -> int:
+        zigzag = (self.base << 1) if self.base >= 0 else ((-self.base) << 1) - 1
+        return 1 + _varint_size(zigzag) + (_varint_size(self.radix) if self.radix else 0)
+
+
+def _column_ref(buf: bytes, offset: int, count: int) -> tuple[_ColumnRef, int]:
+    """A column's header, checked, and where the next column starts."""
+    if offset >= len(buf):
+        raise DecodeError("truncated columnar payload")
+    kind = buf[offset]
+    if kind == _RADIX:
+        radix, at = get_uvarint(buf, offset + 1)
+        if not 2 < radix <= _MAX_RADIX:
+            raise DecodeError(f"radix {radix} is out of range")
+        base, at = get_svarint(buf, at)
+        per_group, width, _, tail_width = _radix_layout(radix, count)
+        end = at + ((count // per_group) * width + tail_width + 7) // 8
+        ref = _ColumnRef(buf, at, count, base, width, radix)
+    else:
+        if kind > 64:
+            raise DecodeError(f"column bit width {kind} is over 64")
+        base, at = get_svarint(buf, offset + 1)
+        end = at + (count * kind + 7) // 8
+        ref = _ColumnRef(buf, at, count, base, kind)
+    if end > len(buf):
+        raise DecodeError("truncated columnar payload")
+    return ref, end
+
+
+@dataclass(frozen=True, slots=True)
+class _Payload:
+    count: int
+    flags: int  # with the flags read into the fields below cleared
+    first_pid: int
+    first_min: int  # as stored (before the first-min guess is added back)
+    first_min_guessed: bool
+    first_time: int
+    slope: int | None
+    pid_deltas: _ColumnRef
+    min_col: _ColumnRef
+    spans: _ColumnRef
+    shorts: _ColumnRef
+    times: _ColumnRef
+    durations: _ColumnRef
+
+
+def _read_payload(buf: bytes) -> _Payload:
     count, offset = get_uvarint(buf, 0)
     if not 1 <= count <= MAX_RECORDS:
         raise DecodeError(f"implausible record count {count}")
@@ -257,40 +333,47 @@ def decode_columns(buf: bytes, workers: WorkerMap) -> list[ArchivedPartition]:
     flags = buf[offset]
     first_pid, offset = get_uvarint(buf, offset + 1)
     first_min, offset = (get_svarint if flags & _FLAG_SIGNED_FIRST_MIN else get_uvarint)(buf, offset)
-    flags &= ~_FLAG_SIGNED_FIRST_MIN
     first_time, offset = get_uvarint(buf, offset)
-    first_min_guessed = bool(flags & _FLAG_FIRST_MIN_GUESS)
-    flags &= ~_FLAG_FIRST_MIN_GUESS
     slope = None
     if flags & _FLAG_TIME_LINE:
         slope, offset = get_svarint(buf, offset)
-        flags &= ~_FLAG_TIME_LINE
         if abs(slope) > _MAX_SLOPE:
             raise DecodeError("time slope out of range")
-    pid_deltas, offset = _get_column(buf, offset, count - 1)
-    min_col, offset = _get_column(buf, offset, count - 1)
-    spans, offset = _get_column(buf, offset, count)
-    shorts, offset = _get_column(buf, offset, count)
-    time_deltas, offset = _get_column(buf, offset, count - 1)
-    durations, offset = _get_column(buf, offset, count)
+    refs = []
+    for n in (count - 1, count - 1, count, count, count - 1, count):
+        ref, offset = _column_ref(buf, offset, n)
+        refs.append(ref)
     if offset != len(buf):
         raise DecodeError("trailing bytes after the last column")
+    rest = flags & ~(_FLAG_SIGNED_FIRST_MIN | _FLAG_FIRST_MIN_GUESS | _FLAG_TIME_LINE)
+    if rest not in (0, _FLAG_PREDICTED_MIN):
+        raise DecodeError(f"unknown columnar flags {rest}")
+    return _Payload(
+        count, rest, first_pid, first_min, bool(flags & _FLAG_FIRST_MIN_GUESS), first_time, slope, *refs
+    )
+
+
+def decode_columns(buf: bytes, workers: WorkerMap) -> list[ArchivedPartition]:
+    """Decode a payload; anything malformed or out of range is a `DecodeError`."""
+    head = _read_payload(buf)
+    pid_deltas, min_col, spans = head.pid_deltas.all(), head.min_col.all(), head.spans.all()
+    shorts, time_deltas, durations = head.shorts.all(), head.times.all(), head.durations.all()
+    first_pid, first_min = head.first_pid, head.first_min
     pids = list(accumulate(pid_deltas, initial=first_pid))
-    if first_min_guessed:
+    if head.first_min_guessed:
         first_min += _first_min_guess(first_pid, spans[0])
-    if flags == _FLAG_PREDICTED_MIN and not any(min_col) and min(spans) == max(spans):
+    if head.flags == _FLAG_PREDICTED_MIN and not any(min_col) and min(spans) == max(spans):
         step = spans[0] + 1
         mins = [first_min + (pid - first_pid) * step for pid in pids]
-    elif flags == _FLAG_PREDICTED_MIN:
+    elif head.flags == _FLAG_PREDICTED_MIN:
         mins = [first_min]
         prev = first_min
         for delta, span, error in zip(pid_deltas, spans[:-1], min_col, strict=True):
             prev = prev + delta * (span + 1) + error
             mins.append(prev)
-    elif flags == 0:
-        mins = [first_min, *min_col]
     else:
-        raise DecodeError(f"unknown columnar flags {flags}")
+        mins = [first_min, *min_col]
+    first_time, slope = head.first_time, head.slope
     if slope is None:
         times = list(accumulate(time_deltas, initial=first_time))
     else:
@@ -310,6 +393,53 @@ def decode_columns(buf: bytes, workers: WorkerMap) -> list[ArchivedPartition]:
     except KeyError as exc:
         raise DecodeError(f"unknown worker short id {exc.args[0]}") from None
     return list(map(_build, zip(pids, mins, maxs, names, times, durations, strict=True)))
+
+
+def find_in_columns(buf: bytes, workers: WorkerMap, pid: int) -> ArchivedPartition | None:
+    """The record of partition ``pid`` in a payload (None if it holds none), reading only what
+    that record needs where the format allows: the query router's one-record decode. The
+    payload's structure is checked as `decode_columns` checks it; value ranges only for the
+    record returned (the blob's checksum has vouched for the rest)."""
+    head = _read_payload(buf)
+    first_pid = head.first_pid
+    pid_deltas = head.pid_deltas.all()
+    pids = list(accumulate(pid_deltas, initial=first_pid))
+    try:
+        i = pids.index(pid)
+    except ValueError:
+        return None
+    span = head.spans.at(i)
+    first_min = head.first_min
+    if head.first_min_guessed:
+        first_min += _first_min_guess(first_pid, head.spans.at(0))
+    constant = not head.min_col.width and not head.min_col.base and not head.spans.width
+    if not i or (head.flags == _FLAG_PREDICTED_MIN and constant):
+        low = first_min + (pid - first_pid) * (span + 1)
+    elif head.flags == _FLAG_PREDICTED_MIN:
+        spans, errors = head.spans.all(), head.min_col.all()
+        low = first_min + sum(d * (w + 1) + e for d, w, e in zip(pid_deltas[:i], spans[:i], errors[:i], strict=True))
+    else:
+        low = head.min_col.at(i - 1)
+    if not i:
+        at = head.first_time
+    elif head.slope is None:
+        at = head.first_time + sum(head.times.all()[:i])
+    else:
+        at = head.first_time + ((head.slope * (pid - first_pid)) >> 8) + head.times.at(i - 1)
+    duration, short = head.durations.at(i), head.shorts.at(i)
+    for field, value, lo, hi in (
+        ("partition_id", pid, 1, MAX_ID),
+        ("min_id", low, MIN_INT64, MAX_INT64),
+        ("span", span, 0, MAX_INT64 - MIN_INT64),
+        ("max_id", low + span, MIN_INT64, MAX_INT64),
+        ("completed_at", at, 0, MAX_TIMESTAMP),
+        ("duration", duration, 0, MAX_DURATION),
+    ):
+        _check_range(field, [value], lo, hi)
+    name = workers.lookup_table().get(short)
+    if name is None:
+        raise DecodeError(f"unknown worker short id {short}")
+    return _build((pid, low, low + span, name, at, duration))
 
 
 def _check_range(name: str, values: list[int], lo: int, hi: int) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import zstandard
 
-from codec.columnar import MAX_RECORDS, decode_columns, encode_columns
+from codec.columnar import MAX_RECORDS, decode_columns, encode_columns, find_in_columns
 from codec.errors import DecodeError, ValidationError
 from codec.record import ArchivedPartition
 from codec.text import decode_text, encode_text
@@ -113,6 +113,20 @@ def decode_blob(blob: bytes, workers: WorkerMap) -> list[ArchivedPartition]:
         if codec.columnar:
             return decode_columns(payload, workers)
         return decode_text(payload.decode("utf-8"), workers)
+    except DecodeError:
+        raise
+    except (UnicodeDecodeError, ValueError, OverflowError, MemoryError) as exc:
+        raise DecodeError(f"invalid {codec.name.lower()} payload: {exc}") from None
+
+
+def find_in_blob(blob: bytes, workers: WorkerMap, pid: int) -> ArchivedPartition | None:
+    """Partition ``pid``'s record in a blob, or None: `decode_blob` for one record, building only
+    that record in the columnar formats (see `codec.columnar.find_in_columns`)."""
+    codec, payload = _payload(blob)
+    try:
+        if codec.columnar:
+            return find_in_columns(payload, workers, pid)
+        return next((r for r in decode_text(payload.decode("utf-8"), workers) if r.partition_id == pid), None)
     except DecodeError:
         raise
     except (UnicodeDecodeError, ValueError, OverflowError, MemoryError) as exc:

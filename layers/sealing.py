@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 import redis
 
-from codec import ArchivedPartition, DecodeError, decode_blob, encode_blob
+from codec import ArchivedPartition, DecodeError, decode_blob, encode_blob, find_in_blob
 from codec.elk import as_archived, parse_archived
 from layers.keys import KeySchema
 from layers.queue import DEAD_LETTERS_KEPT
@@ -268,6 +268,14 @@ class BatchSealing:
             maxlen=DEAD_LETTERS_KEPT,
             approximate=True,
         )
+
+    def find_in_batch(self, blob: bytes, pid: int) -> ArchivedPartition | None:
+        """One partition's record in a blob (None if the batch does not hold it)."""
+        try:
+            return find_in_blob(blob, self.workers.map, pid)
+        except DecodeError:
+            self.workers.refresh()  # another archiver may have registered new workers
+            return find_in_blob(blob, self.workers.map, pid)
 
     def decode_batch(self, blob: bytes) -> list[ArchivedPartition]:
         try:

@@ -21,6 +21,7 @@ from codec import (
     decode_text,
     encode_blob,
     encode_text,
+    find_in_blob,
 )
 from codec.columnar import _column, _get_column
 from codec.varint import put_svarint
@@ -149,6 +150,9 @@ def test_round_trip(records: list[ArchivedPartition], fmt: str, compress: bool |
     workers = WorkerMap()
     blob = encode_blob(records, workers, fmt=fmt, compress=compress)
     assert decode_blob(blob, WorkerMap.from_json(workers.to_json())) == records
+    by_pid = {r.partition_id: r for r in reversed(records)}  # the first of a repeated pid is found
+    for pid in [*list(by_pid)[:10], max(by_pid) + 1]:
+        assert find_in_blob(blob, workers, pid) == by_pid.get(pid)
     assert blob_record_count(blob) == len(records)
     if fmt == "text":
         assert decode_text(encode_text(records, workers), workers) == records
@@ -193,10 +197,20 @@ def _decoded_or_rejected(blob: bytes, workers: WorkerMap) -> None:
     try:
         records = decode_blob(blob, workers)
     except DecodeError:
+        for pid in (1, 2, 100, 12345):  # the one-record read: a record that passes, or DecodeError
+            try:
+                found = find_in_blob(blob, workers, pid)
+            except DecodeError:
+                continue
+            assert found is None or ArchivedPartition(*found) == found
         return
     assert records and count == len(records)
+    first = {}
     for record in records:
         assert ArchivedPartition(*record) == record  # the validating constructor accepts it
+        first.setdefault(record.partition_id, record)
+    for pid, record in first.items():
+        assert find_in_blob(blob, workers, pid) == record
 
 
 def _valid_blobs() -> list[tuple[bytes, WorkerMap]]:
