@@ -20,8 +20,8 @@ from bench.workload import standard_workload
 from layers import ActiveLayer, KeySchema, TierPolicy
 
 SIZES = (100_000, 500_000, 1_000_000, 5_000_000)
-TARGET_ARCHIVE = 5.0
-TARGET_WITH_STATS = 8.0
+TARGET_ARCHIVE = 2.5
+TARGET_STATS = 1.5
 NS = "benchmem"
 
 
@@ -54,12 +54,18 @@ def _live_layers(client: redis.Redis, n: int) -> tuple[int, int]:
     return int(client.memory_usage(keys.active) or 0), int(client.memory_usage(keys.queue) or 0)
 
 
+def _verdict(sizes: list[int], met: bool) -> str:
+    if 1_000_000 not in sizes:
+        return "not measured (1M not in BENCH_MEMORY_SIZES)"
+    return "met" if met else "MISSED"
+
+
 def run() -> tuple[str, bool]:
     sizes = [int(s) for s in os.environ.get("BENCH_MEMORY_SIZES", "").split(",") if s] or list(SIZES)
     policy = TierPolicy()
     keys = KeySchema(NS)
     rows = []
-    ok = False
+    ok = archive_ok = stats_ok = False
     with bench_engine() as (client, engine):
         for n in sizes:
             avg_json = [0.0]
@@ -82,7 +88,8 @@ def run() -> tuple[str, bool]:
                 (n, avg_json[0], orig, simple, text, compressed, stats, compressed + stats, active_bytes, stream_bytes)
             )
             if n == 1_000_000:
-                ok = compressed <= TARGET_ARCHIVE and compressed + stats <= TARGET_WITH_STATS
+                archive_ok, stats_ok = compressed <= TARGET_ARCHIVE, stats <= TARGET_STATS
+                ok = archive_ok and stats_ok
     out = table(
         f"memory: used_memory growth per completed partition (B/p), standard workload, batches of 100, {engine}",
         [
@@ -101,10 +108,13 @@ def run() -> tuple[str, bool]:
     )
     out += (
         "original = every partition's full JSON in one hash; simple = elk_completed JSON + index; "
-        "seed text = P{pid}:... batches + index;\ncompressed = framed columnar batches + index + worker registry. "
+        "seed text = P{pid}:... batches + index;\n"
+        "compressed = framed columnar batches in shelves of 64 + index + worker registry. "
         "active hash = 1,000 active partitions; stream = archive queue after 2,000 completions were archived.\n"
-        f"target at 1M: compressed <= {TARGET_ARCHIVE} B/p, with statistics <= {TARGET_WITH_STATS} B/p: "
-        + ("met" if ok else "MISSED" if 1_000_000 in sizes else "not measured (1M not in BENCH_MEMORY_SIZES)")
+        f"targets at 1M: compressed (archive + index) <= {TARGET_ARCHIVE} B/p: "
+        + _verdict(sizes, archive_ok)
+        + f"; statistics <= {TARGET_STATS} B/p: "
+        + _verdict(sizes, stats_ok)
         + "\n"
     )
     return out, ok

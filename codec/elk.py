@@ -366,7 +366,7 @@ def decode_active(raw: bytes | str) -> PartitionInfo | ElkRecord:
     data = _loads(raw)
     if type(data) is dict and is_elk_json(data):
         return _elk_from_data(data)
-    return PartitionInfo.from_json(raw)
+    return PartitionInfo.from_parsed(data, raw)
 
 
 def parse_active(raw: bytes | str) -> PartitionInfo:

@@ -144,8 +144,16 @@ class PartitionInfo(_PartitionFields):
         """Parse a stored record. The common, well-formed case skips the per-field error paths."""
         try:
             data = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return _from_json(cls, raw)
+        return cls.from_parsed(data, raw)
+
+    @classmethod
+    def from_parsed(cls, data: Any, raw: bytes | str) -> PartitionInfo:
+        """`from_json` of ``raw`` when the caller has already parsed it into ``data``."""
+        try:
             fast = _fast_partition(data)
-        except (orjson.JSONDecodeError, TypeError, KeyError):
+        except (TypeError, KeyError):
             fast = None
         if fast is not None:
             return tuple.__new__(cls, fast)
