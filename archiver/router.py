@@ -1,7 +1,8 @@
 """The query router: answers for any partition from whichever layer holds it.
 
 Chain: active hash -> index bitmap -> simple hash -> staging -> sealed batch -> statistics
--> not found. Everything but the statistics fallback is read in one round trip; a batch is
+-> not found. Everything but the statistics fallback is read in one round trip (one script,
+`lookup.lua`, that also cuts the batch's slot out of its shelf; a pipeline on Redis Cluster); a batch is
 found by ``pid // batch_size``, never by a scan. A blob that fails to decode is counted and
 the router falls back; it never raises out of `get`.
 """
@@ -19,9 +20,13 @@ import redis
 from archiver.metrics import DECODES, ROUTER_ANSWERS, ROUTER_SECONDS
 from codec import ArchivedPartition, DecodeError, PartitionInfo
 from codec.elk import ElkRecord, decode_active, parse_archived
+from codec.shelf import SHELF_SLOTS, unshelved
 from layers import ArchiveLayer, KeySchema, TierPolicy
 from layers.active import check_partition_id
 from layers.meta import typed_errors
+from layers.replies import as_text
+from layers.scripts import Scripts
+from layers.shelves import StoredBatch
 from stats import StatsReader
 
 
@@ -98,6 +103,8 @@ class QueryRouter:
         self.summary_lookup = summary_lookup
         self.decode_failures = 0
         self.decode_successes = 0
+        self._scripted = not isinstance(redis_client, redis.RedisCluster)
+        self._scripts = Scripts.of(redis_client)
 
     def get(self, partition_id: int) -> Answer:
         """Where partition ``partition_id`` is; raises ValidationError (bad id), WrongKeyType (a key
@@ -111,19 +118,29 @@ class QueryRouter:
     def _get(self, pid: int) -> Answer:
         k = self.keys
         batch_no = pid // self.archive.stored_batch_size()  # as the batches were written, whatever is configured
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hget(k.active, str(pid))
-        pipe.getbit(k.index, pid)
-        pipe.hget(k.completed, str(pid))
-        pipe.hget(k.staging(batch_no), str(pid))
-        pipe.getbit(k.done, pid)
-        pipe.zscore(k.expiry, str(batch_no))
-        pipe.hget(k.archive_meta, "retention_s")
-        pipe.hget(k.workers, "")
-        parse = self.archive.shelves.add_reads(pipe, [batch_no], repair=False)
-        replies = pipe.execute()
-        active, indexed, simple, staged, done, newest, retention, generation = replies[:8]
-        stored = parse(replies[8:])[batch_no]
+        shelf_no, slot_no = divmod(batch_no, SHELF_SLOTS)
+        if self._scripted:
+            keys = [k.active, k.index, k.completed, k.staging(batch_no), k.done, k.expiry, k.archive_meta]
+            keys += [k.workers, k.shelf(shelf_no), k.batch(batch_no)]
+            replies = self._scripts("lookup", keys, [pid, batch_no, slot_no])
+            active, indexed, simple, staged, done, newest, retention, generation, slot, legacy, damaged = replies
+            why = f"shelf {shelf_no} is corrupt: {as_text(damaged)}" if damaged else ""
+            stored = StoredBatch(batch_no, unshelved(slot), legacy, why)
+        else:  # Redis Cluster: the keys span slots, so no script; the same reads in one pipeline
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.hget(k.active, str(pid))
+            pipe.getbit(k.index, pid)
+            pipe.hget(k.completed, str(pid))
+            pipe.hget(k.staging(batch_no), str(pid))
+            pipe.getbit(k.done, pid)
+            pipe.zscore(k.expiry, str(batch_no))
+            pipe.hget(k.archive_meta, "retention_s")
+            pipe.hget(k.workers, "")
+            parse = self.archive.shelves.add_reads(pipe, [batch_no], repair=False)
+            replies = pipe.execute()
+            active, indexed, simple, staged, done, newest, retention, generation = replies[:8]
+            stored = parse(replies[8:])[batch_no]
+        newest = None if newest is None else float(newest)
         if stored.blob is not None and not self.archive.workers.is_current(generation):
             self.archive.workers.reload()  # the registry was lost and built again since it was read
         if active is not None:

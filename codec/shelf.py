@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from itertools import pairwise
 
 from codec.errors import DecodeError, ValidationError
 from codec.framing import FORMAT_VERSION, MAGIC
@@ -96,6 +95,6 @@ def _table(raw: bytes) -> tuple[bytes, int, tuple[int, ...]]:
     if count == 0 or len(raw) < data:
         raise DecodeError("shelf is shorter than its slot table")
     ends = struct.unpack_from(f"<{count}I", raw, _HEAD.size)
-    if ends[-1] != len(raw) - data or any(b < a for a, b in pairwise(ends)):
+    if ends[-1] != len(raw) - data or list(ends) != sorted(ends):
         raise DecodeError("shelf slot table does not match its data")
     return raw, data, ends
