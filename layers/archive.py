@@ -132,20 +132,21 @@ class ArchiveLayer(BatchSealing):
         return tier
 
     def _write_batches(self, parts: Sequence[ArchivedPartition | ElkRecord], tier: Tier) -> None:
-        """Batches the records fill completely are sealed from the records in hand (read once,
-        written in a few round trips for all of them: `seal_many`); the others are staged, and
-        sealed when their staging fills. Workers claim the lowest pending partition, so a page
-        of completions mostly holds whole batches."""
+        """The records of batches that are not whole in hand are staged first; then every batch
+        the records fill completely, or that their staging now holds completely, is sealed from
+        the records in hand (read once, written in a few round trips for all: `seal_many`).
+        Workers claim the lowest pending partition, so a page of completions mostly holds whole
+        batches."""
         by_batch: dict[int, list[ArchivedPartition | ElkRecord]] = defaultdict(list)
         for part in parts:
             by_batch[self.policy.batch_of(part.partition_id)].append(part)
         archived = {b: [as_archived(p) for p in group] for b, group in by_batch.items()}
         whole = {b: got for b, got in archived.items() if len({p.partition_id for p in got}) >= self.policy.capacity(b)}
-        if whole:
-            self.seal_many(whole, tier)
-        if len(whole) < len(by_batch):
-            rest = [p for b, group in by_batch.items() if b not in whole for p in group]
-            self.seal_full(self.stage(rest), tier, {b: got for b, got in archived.items() if b not in whole})
+        rest = [p for b, group in by_batch.items() if b not in whole for p in group]
+        staged = self.stage(rest) if rest else {}
+        full = {b: archived[b] for b, count in staged.items() if count >= self.policy.capacity(b)}
+        if whole or full:
+            self.seal_many({**whole, **full}, tier)
 
     def commit(
         self,
@@ -184,8 +185,9 @@ class ArchiveLayer(BatchSealing):
             return [int(p) for p in reply[1:]]
         return CommitResult(int(reply[1]), Tier(as_text(reply[2])), int(reply[3]))
 
-    def stage(self, parts: Sequence[ArchivedPartition | ElkRecord]) -> set[int]:
-        """Put records in their batches' staging hashes; returns the batch numbers touched."""
+    def stage(self, parts: Sequence[ArchivedPartition | ElkRecord]) -> dict[int, int]:
+        """Put records in their batches' staging hashes; returns each batch touched with the
+        records its staging holds now (read in the same round trip)."""
         by_batch: dict[int, dict[str, bytes]] = defaultdict(dict)
         for part in parts:
             by_batch[self.policy.batch_of(part.partition_id)][str(part.partition_id)] = part.to_json()
@@ -193,9 +195,10 @@ class ArchiveLayer(BatchSealing):
         pipe = self.redis.pipeline(transaction=False)
         for batch_no, fields in by_batch.items():
             pipe.hset(self.keys.staging(batch_no), mapping=fields)  # type: ignore[arg-type]
+            pipe.hlen(self.keys.staging(batch_no))
         pipe.zadd(self.keys.open_batches, {str(b): now_ms for b in by_batch})
-        pipe.execute()
-        return set(by_batch)
+        replies = pipe.execute()
+        return {b: int(n) for b, n in zip(by_batch, replies[1::2], strict=False)}
 
     def write_simple(self, records: dict[int, bytes]) -> None:
         """Put records (already-encoded JSON, either format) into the simple hash as they are."""

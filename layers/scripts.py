@@ -13,6 +13,7 @@ from weakref import WeakKeyDictionary
 
 import redis
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 _PRELUDE = "_record.lua"
 
@@ -45,19 +46,31 @@ class Scripts:
             found = cls._by_client[client] = cls(client)
         return found
 
-    def __call__(self, name: str, keys: list[str], args: list[Any], client: Any = None) -> Any:
+    def _script(self, name: str) -> Script:
         script = self._registered.get(name)
         if script is None:
             script = self._client.register_script(script_source(name))
             self._registered[name] = script
-        return script(keys=keys, args=args, client=client)
+        return script
+
+    def __call__(self, name: str, keys: list[str], args: list[Any], client: Any = None) -> Any:
+        return self._script(name)(keys=keys, args=args, client=client)
 
     def run_many(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any]:
-        """Run several scripts in one round trip (a pipeline), or one by one on Redis Cluster,
-        whose client refuses scripts in pipelines (their keys may live on different nodes)."""
-        if isinstance(self._client, redis.RedisCluster):
+        """Run several scripts in one round trip (a pipeline of EVALSHA), or one by one on Redis
+        Cluster, whose client refuses scripts in pipelines (their keys may live on different
+        nodes). A call the server did not know the script of (after SCRIPT FLUSH or a restart)
+        is run again on its own, which loads it; the others ran once. (redis-py's own pipeline
+        scripts ask SCRIPT EXISTS first: a second round trip every time.)"""
+        if isinstance(self._client, redis.RedisCluster) or len(calls) == 1:
             return [self(name, keys, args) for name, keys, args in calls]
         pipe = self._client.pipeline(transaction=False)
         for name, keys, args in calls:
-            self(name, keys, args, client=pipe)
-        return pipe.execute()  # type: ignore[no-any-return]
+            pipe.evalsha(self._script(name).sha, len(keys), *keys, *args)
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+        for i, reply in enumerate(replies):
+            if isinstance(reply, NoScriptError):
+                replies[i] = self(*calls[i])
+            elif isinstance(reply, Exception):
+                raise reply
+        return replies

@@ -74,23 +74,6 @@ class BatchSealing:
         raw: Any = self.redis.zrange(self.keys.open_batches, 0, limit - 1)
         return list(raw)
 
-    def seal_full(
-        self, batches: set[int], tier: Tier | None = None, in_hand: dict[int, list[ArchivedPartition]] | None = None
-    ) -> int:
-        """Seal the batches whose staging holds every partition of the batch. ``in_hand``: records
-        the caller has just staged, by batch (they are not decoded again from the staging)."""
-        ordered = sorted(batches)
-        pipe = self.redis.pipeline(transaction=False)
-        for b in ordered:
-            pipe.hlen(self.keys.staging(b))
-        sizes = pipe.execute()
-        full = [b for b, n in zip(ordered, sizes, strict=True) if n >= self.policy.capacity(b)]
-        if full and tier is None:
-            tier = self.tier()
-        if full and in_hand is not None:
-            return self.seal_many({b: in_hand.get(b, []) for b in full}, tier)
-        return sum(self.seal(b, tier) for b in full)
-
     def seal_idle(self, now: float | None = None, limit: int = 100) -> int:
         """Seal batches nobody staged into for ``seal_idle_s`` (partial batches and stragglers)."""
         cutoff = int(((now or time.time()) - self.policy.seal_idle_s) * 1000)
@@ -126,10 +109,11 @@ class BatchSealing:
         for b in numbers:
             pipe.hgetall(self.keys.staging(b))
         parse = self.shelves.add_reads(pipe, numbers)
+        register = self.workers.queue_register(pipe, {p.worker_id for parts in batches.values() for p in parts})
         replies = pipe.execute()
         stored = parse(replies[len(numbers) :])
+        register(replies[-1])  # the workers in hand checked and registered once here
         tier = tier or self.tier()
-        self.workers.register({p.worker_id for parts in batches.values() for p in parts})  # checked once here
         writes: list[_SealWrite] = []
         again = []
         for b, staged in zip(numbers, replies, strict=False):

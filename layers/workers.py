@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import redis
@@ -40,16 +40,39 @@ class WorkerRegistry:
         with self._lock:
             return self._register(wanted, verify)
 
+    def queue_register(self, pipe: Any, worker_ids: Iterable[str]) -> Callable[[Any], WorkerMap]:
+        """`register` in two halves, so the check of the known numbers rides on the caller's
+        pipeline: this queues its HMGET on ``pipe``; the function returned takes that command's
+        reply (anything when none was queued) and registers the new workers."""
+        wanted = sorted(set(worker_ids))
+        for w in wanted:
+            check_worker_id(w)
+        with self._lock:
+            known = [w for w in wanted if w in self.map]
+        if known:
+            pipe.hmget(self.keys.workers, ["", *known])
+
+        def finish(reply: Any) -> WorkerMap:
+            with self._lock:
+                if known:
+                    self._check(known, reply)
+                return self._register(wanted, verify=False)
+
+        return finish
+
+    def _check(self, known: list[str], stored: Any) -> None:
+        """Reload if Redis's numbers for ``known`` (and its generation) are not the cached ones."""
+        if [None if raw is None else as_text(raw) for raw in stored] != [
+            self.generation,
+            *(str(self.map.known_short_id(w)) for w in known),
+        ]:
+            self.reload()  # out of step with Redis (it lost its data, or was changed by hand)
+
     def _register(self, wanted: list[str], verify: bool) -> WorkerMap:
         known = [w for w in wanted if w in self.map]
         if verify and known:
             self.round_trips += 1
-            stored: Any = self.redis.hmget(self.keys.workers, ["", *known])
-            if [None if raw is None else as_text(raw) for raw in stored] != [
-                self.generation,
-                *(str(self.map.known_short_id(w)) for w in known),
-            ]:
-                self.reload()  # out of step with Redis (it lost its data, or was changed by hand)
+            self._check(known, self.redis.hmget(self.keys.workers, ["", *known]))
         new = [w for w in wanted if w not in self.map]
         if new:
             self.round_trips += 1

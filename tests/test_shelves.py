@@ -235,3 +235,16 @@ def test_the_lookup_script_answers_as_the_pipeline_does(real_redis: redis.Redis,
     real_redis.setrange(layer.keys.shelf(0), 10, b"\xff\xff")  # the slot table no longer adds up
     answers()
     assert "shelf 0 is corrupt" in scripted.get(150).detail
+
+
+def test_scripts_run_together_load_again_after_the_server_forgot_them(fake_redis: redis.Redis) -> None:
+    """`Scripts.run_many` sends plain EVALSHA (no SCRIPT EXISTS round trip); after SCRIPT FLUSH
+    (on fakeredis: never on a shared server) the calls it refused run again and load the script."""
+    from layers.scripts import Scripts
+
+    scripts = Scripts.of(fake_redis)
+    fake_redis.hset("h", mapping={"a": "1", "b": "2", "c": "3"})
+    assert scripts.run_many([("hdel_if_equal", ["h"], ["a", "1"]), ("hdel_if_equal", ["h"], ["b", "9"])]) == [1, 0]
+    fake_redis.script_flush()
+    assert scripts.run_many([("hdel_if_equal", ["h"], ["b", "2"]), ("del_if_equal", ["s"], ["x"])]) == [1, 0]
+    assert fake_redis.hgetall("h") == {b"c": b"3"}
