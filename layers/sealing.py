@@ -83,7 +83,8 @@ class BatchSealing:
 
     def seal(self, batch_no: int, tier: Tier | None = None, extra: Sequence[ArchivedPartition] = ()) -> bool:
         """Merge the staged records of a batch (and ``extra`` records in hand) into its blob; safe
-        against concurrent sealers: the write is refused if blob or staging changed since read.
+        against concurrent sealers: the write is refused if the slot changed since it was read
+        (then read again), and a record staged meanwhile stays staged, its batch open.
 
         ``tier`` is the tier the caller has just read (saves a round trip per batch); without
         it the tier is read here.
