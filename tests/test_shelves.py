@@ -18,6 +18,7 @@ from codec.shelf import SHELF_SLOTS, pack_shelf, shelf_slot, shelved, unpack_she
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy, WrongKeyType, migrate_step
 from layers.shelves import SlotWrite
 from stats import StatsChecker
+from tests.conftest import delete_namespace
 from tests.helpers import archive_now
 
 NOW = int(time.time())
@@ -80,7 +81,8 @@ def test_shelf_reader_refuses_what_is_not_a_shelf() -> None:
 def test_the_lua_writer_builds_what_pack_shelf_builds(any_redis: redis.Redis, data: st.DataObject) -> None:
     """Random slot writes through `shelf_put.lua` (each engine, fakeredis included) give the bytes
     of the Python twin; a write that read a slot as it no longer is gets refused and changes nothing."""
-    layer = layer_on(any_redis, f"t{random.getrandbits(40):010x}")
+    namespace = f"t{random.getrandbits(40):010x}"  # one per example: the fixture's would be shared
+    layer = layer_on(any_redis, namespace)
     key = layer.keys.shelf(3)
     model: list[bytes | None] = [None] * SHELF_SLOTS
     try:
@@ -103,7 +105,7 @@ def test_the_lua_writer_builds_what_pack_shelf_builds(any_redis: redis.Redis, da
             got = layer.shelves.read(range(3 * SHELF_SLOTS, 4 * SHELF_SLOTS))
             assert [got[b].slot for b in sorted(got)] == model
     finally:
-        any_redis.delete(key)
+        delete_namespace(any_redis, namespace)
 
 
 def test_a_shelf_key_of_another_type_is_refused_untouched(real_redis: redis.Redis, namespace: str) -> None:
