@@ -77,9 +77,7 @@ class Exporter:
             for b, batch in sorted(sealed.items()):
                 if batch.damaged:
                     self.skipped.append(f"batch:{b}: {batch.damaged}")
-                for blob in (batch.slot, batch.legacy):
-                    if blob is None:
-                        continue
+                for blob in batch.blobs:
                     try:
                         parts = self.archive.decode_batch(blob)
                     except DecodeError as exc:

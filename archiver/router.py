@@ -151,7 +151,7 @@ class QueryRouter:
         problem, corrupt = "archived, but its detail has expired", bool(stored.damaged)
         if stored.damaged:
             problem = stored.damaged
-        blobs = [b for b in (stored.slot, stored.legacy) if b is not None]
+        blobs = stored.blobs
         if blobs and newest is not None and self._expired(newest, retention):
             blobs = []  # past its retention: the sweep has not deleted it yet, reads already do not see it
         for blob in blobs:

@@ -1,9 +1,8 @@
 """The binary columnar batch format (before framing and compression).
 
-Records are stored column by column. Each column is frame-of-reference bit-packed: a
-bit width (0-64) and a signed base, then every value's offset from the base in exactly
-that many bits (nothing at all when every value equals the base). Columns that follow a
-pattern are stored as deltas:
+Records are stored column by column, each packed as `codec.packing` describes (bit-packed
+from a base, or in base R when that is smaller). Columns that follow a pattern are stored as
+deltas:
 
     pid       first pid, then pid[i] - pid[i-1]
     min_id    first min_id, then the error of the guess min[i-1] + (pid[i]-pid[i-1]) * width[i-1]
@@ -13,12 +12,6 @@ pattern are stored as deltas:
     time      first completed_at, then completed_at[i] - completed_at[i-1]
     duration  seconds
 
-A column whose values span a range R that is not a power of two can instead be stored in
-base R ("radix" column): values are grouped k at a time (of the k whose R^k fits in 64 bits,
-the one wasting the fewest bits a value), each group is one number < R^k, and the groups are
-bit-packed at the width of R^k - 1 (the last, shorter group at its own width). That costs
-about log2(R) bits a value instead of ceil(log2(R)); the encoder keeps the smaller form.
-
 Completion times can instead be stored as residuals from a line through the first time with a
 slope in 1/256 s per partition id (flag 4): workers claim the lowest pending partitions, so a
 batch completes at a roughly steady rate, and the residuals span less than the deltas do. The
@@ -27,20 +20,20 @@ encoder keeps whichever form is smaller.
 Layout: varint count, flags byte, varints first pid / first min_id (zigzag when flag 2 is set,
 always so since signed ids; older blobs have it unsigned; with flag 8 as its difference from
 ``(pid - 1) * (span + 1) + 1``, where equal-width partitions from id 1 start) / first
-completed_at / (flag 4) the zigzag slope, then the six columns, each as: width byte (0-64) and zigzag varint base, then
-ceil(n * width / 8) bytes; or byte 65, varint R and zigzag varint base, then the groups.
-Record order is kept, so decoding gives back exactly the list that was encoded.
+completed_at / (flag 4) the zigzag slope, then the six packed columns. Record order is kept,
+so decoding gives back exactly the list that was encoded.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache, partial
+from functools import partial
 from itertools import accumulate
 from operator import sub
 
 from codec.errors import DecodeError, ValidationError
+from codec.packing import Column, pack_column, packed_size, read_column, varint_size, zigzag
 from codec.record import ArchivedPartition
 from codec.validate import MAX_DURATION, MAX_ID, MAX_INT64, MAX_TIMESTAMP, MIN_INT64
 from codec.varint import get_svarint, get_uvarint, put_svarint, put_uvarint
@@ -50,136 +43,10 @@ _FLAG_PREDICTED_MIN = 1
 _FLAG_SIGNED_FIRST_MIN = 2
 _FLAG_TIME_LINE = 4
 _FLAG_FIRST_MIN_GUESS = 8
-_RADIX = 65  # the column-kind byte of a radix column (bit widths are 0..64)
-_MAX_RADIX = 1 << 32
 _MAX_SLOPE = 1 << 62
 _build = partial(tuple.__new__, ArchivedPartition)  # fields already range-checked per column
 _MAX_GUESS = 2**62
 MAX_RECORDS = 1_000_000
-
-
-def _column(values: Sequence[int]) -> bytes:
-    """The smaller of the bit-packed and the radix encodings of a column."""
-    base = min(values, default=0)
-    spread = max(values, default=0) - base
-    if _radix_size(len(values), base, spread) < _packed_size(len(values), base, spread):
-        return _radix_column(values, base, spread + 1)
-    width = spread.bit_length()
-    out = bytearray((width,))
-    put_svarint(out, base)
-    if width:
-        packed = 0
-        for value in reversed(values):
-            packed = (packed << width) | (value - base)
-        out += packed.to_bytes((len(values) * width + 7) // 8, "little")
-    return bytes(out)
-
-
-def _column_size(values: Sequence[int]) -> int:
-    """What `_column` of these values weighs, without building it."""
-    base = min(values, default=0)
-    spread = max(values, default=0) - base
-    return min(_packed_size(len(values), base, spread), _radix_size(len(values), base, spread))
-
-
-def _varint_size(value: int) -> int:
-    return max(1, (value.bit_length() + 6) // 7)
-
-
-def _packed_size(count: int, base: int, spread: int) -> int:
-    zigzag = (base << 1) if base >= 0 else ((-base) << 1) - 1
-    return 1 + _varint_size(zigzag) + (count * spread.bit_length() + 7) // 8
-
-
-def _radix_size(count: int, base: int, spread: int) -> int:
-    """Bytes of the radix form; a large number when radix does not apply (a power of two,
-    one value, a range over `_MAX_RADIX`)."""
-    radix = spread + 1
-    if not 2 < radix <= _MAX_RADIX or not radix & spread or count < 2:
-        return 1 << 62
-    per_group, width, _, tail_width = _radix_layout(radix, count)
-    return _packed_size(0, base, 0) + _varint_size(radix) + ((count // per_group) * width + tail_width + 7) // 8
-
-
-def _radix_layout(radix: int, count: int) -> tuple[int, int, int, int]:
-    """(values a group, bits a group, values in the last group, bits of the last group)."""
-    per_group = _group_size(radix)
-    tail = count % per_group
-    return per_group, (radix**per_group - 1).bit_length(), tail, (radix**tail - 1).bit_length()
-
-
-@lru_cache(maxsize=4096)
-def _group_size(radix: int) -> int:
-    """The values a group whose number fits in 64 bits and wastes the fewest bits a value."""
-    best, best_cost = 1, (radix - 1).bit_length()
-    k = 2
-    while radix**k <= 1 << 64:
-        cost = (radix**k - 1).bit_length() / k
-        if cost <= best_cost:
-            best, best_cost = k, cost
-        k += 1
-    return best
-
-
-def _radix_column(values: Sequence[int], base: int, radix: int) -> bytes:
-    per_group, width, _, tail_width = _radix_layout(radix, len(values))
-    offsets = [value - base for value in values]
-    packed = shift = 0
-    for start in range(0, len(values), per_group):
-        group = 0
-        for value in reversed(offsets[start : start + per_group]):
-            group = group * radix + value
-        packed |= group << shift
-        shift += width if len(values) - start >= per_group else tail_width
-    out = bytearray((_RADIX,))
-    put_uvarint(out, radix)
-    put_svarint(out, base)
-    return bytes(out + packed.to_bytes((shift + 7) // 8, "little"))
-
-
-def _get_column(buf: bytes, offset: int, count: int) -> tuple[list[int], int]:
-    if offset >= len(buf):
-        raise DecodeError("truncated columnar payload")
-    width = buf[offset]
-    if width == _RADIX:
-        return _get_radix_column(buf, offset + 1, count)
-    base, offset = get_svarint(buf, offset + 1)
-    if width == 0:
-        return [base] * count, offset
-    if width > 64:
-        raise DecodeError(f"column bit width {width} is over 64")
-    end = offset + (count * width + 7) // 8
-    if end > len(buf):
-        raise DecodeError("truncated columnar payload")
-    packed = int.from_bytes(buf[offset:end], "little")
-    mask = (1 << width) - 1
-    if base:
-        return [base + ((packed >> shift) & mask) for shift in range(0, count * width, width)], end
-    return [(packed >> shift) & mask for shift in range(0, count * width, width)], end
-
-
-def _get_radix_column(buf: bytes, offset: int, count: int) -> tuple[list[int], int]:
-    radix, offset = get_uvarint(buf, offset)
-    if not 2 < radix <= _MAX_RADIX:
-        raise DecodeError(f"radix {radix} is out of range")
-    base, offset = get_svarint(buf, offset)
-    per_group, width, tail, tail_width = _radix_layout(radix, count)
-    groups = count // per_group
-    end = offset + (groups * width + tail_width + 7) // 8
-    if end > len(buf):
-        raise DecodeError("truncated columnar payload")
-    packed = int.from_bytes(buf[offset:end], "little")
-    mask = (1 << width) - 1
-    limit = radix**per_group
-    values: list[int] = []
-    for shift, size in [(i * width, per_group) for i in range(groups)] + ([(groups * width, tail)] if tail else []):
-        group = (packed >> shift) & mask
-        if group >= (limit if size == per_group else radix**size):
-            raise DecodeError("radix column value out of range")
-        for _ in range(size):
-            group, digit = divmod(group, radix)
-            values.append(base + digit)
-    return values, end
 
 
 def encode_columns(records: Sequence[ArchivedPartition], workers: WorkerMap) -> bytes:
@@ -211,12 +78,12 @@ def encode_columns(records: Sequence[ArchivedPartition], workers: WorkerMap) -> 
     put_uvarint(out, times[0])
     if slope is not None:
         put_svarint(out, slope)
-    out += _column(pid_deltas)
-    out += _column(guesses if predicted else mins[1:])
-    out += _column(spans)
-    out += _column([workers.short_id(r.worker_id) for r in records])
+    out += pack_column(pid_deltas)
+    out += pack_column(guesses if predicted else mins[1:])
+    out += pack_column(spans)
+    out += pack_column([workers.short_id(r.worker_id) for r in records])
     out += time_column
-    out += _column([r.duration for r in records])
+    out += pack_column([r.duration for r in records])
     return bytes(out)
 
 
@@ -232,9 +99,9 @@ def _time_column(pids: list[int], times: list[int]) -> tuple[int | None, bytes]:
     deltas = list(map(sub, times[1:], times))
     ids = pids[-1] - pids[0]
     if ids <= 0 or len(pids) < 3:
-        return None, _column(deltas)
+        return None, pack_column(deltas)
     best: tuple[int, list[int]] | None = None
-    best_size = _column_size(deltas)
+    best_size = packed_size(deltas)
     mean = round((times[-1] - times[0]) * 256 / ids)
     for slope in {mean, round(mean / 256) * 256}:
         if abs(slope) > _MAX_SLOPE:
@@ -242,69 +109,10 @@ def _time_column(pids: list[int], times: list[int]) -> tuple[int | None, bytes]:
         first_pid, first_time = pids[0], times[0]
         line = zip(pids[1:], times[1:], strict=True)
         residuals = [t - first_time - ((slope * (p - first_pid)) >> 8) for p, t in line]
-        size = _column_size(residuals) + _varint_size(slope << 1 if slope >= 0 else ((-slope) << 1) - 1)
+        size = packed_size(residuals) + varint_size(zigzag(slope))
         if size < best_size:
             best, best_size = (slope, residuals), size
-    return (None, _column(deltas)) if best is None else (best[0], _column(best[1]))
-
-
-@dataclass(frozen=True, slots=True)
-class _ColumnRef:
-    """Where one column lies in a payload, read from its header only: values on demand."""
-
-    buf: bytes
-    offset: int  # of the packed values
-    count: int
-    base: int
-    width: int  # bits a value (bit-packed) or a group (radix)
-    radix: int = 0  # 0: bit-packed
-
-    def all(self) -> list[int]:
-        return _get_column(self.buf, self.offset - self._head(), self.count)[0]
-
-    def at(self, index: int) -> int:
-        if self.radix:
-            per_group, _, _, tail_width = _radix_layout(self.radix, self.count)
-            group_no = index // per_group
-            width = self.width if group_no < self.count // per_group else tail_width
-            group = self._bits(group_no * self.width, width)
-            digit: int = (group // self.radix ** (index % per_group)) % self.radix
-            return self.base + digit
-        return self.base + self._bits(index * self.width, self.width) if self.width else self.base
-
-    def _bits(self, bit: int, width: int) -> int:
-        start = self.offset + bit // 8
-        return (int.from_bytes(self.buf[start : self.offset + (bit + width) // 8 + 1], "little") >> (bit % 8)) & (
-            (1 << width) - 1
-        )
-
-    def _head(self) -> int:
-        zigzag = (self.base << 1) if self.base >= 0 else ((-self.base) << 1) - 1
-        return 1 + _varint_size(zigzag) + (_varint_size(self.radix) if self.radix else 0)
-
-
-def _column_ref(buf: bytes, offset: int, count: int) -> tuple[_ColumnRef, int]:
-    """A column's header, checked, and where the next column starts."""
-    if offset >= len(buf):
-        raise DecodeError("truncated columnar payload")
-    kind = buf[offset]
-    if kind == _RADIX:
-        radix, at = get_uvarint(buf, offset + 1)
-        if not 2 < radix <= _MAX_RADIX:
-            raise DecodeError(f"radix {radix} is out of range")
-        base, at = get_svarint(buf, at)
-        per_group, width, _, tail_width = _radix_layout(radix, count)
-        end = at + ((count // per_group) * width + tail_width + 7) // 8
-        ref = _ColumnRef(buf, at, count, base, width, radix)
-    else:
-        if kind > 64:
-            raise DecodeError(f"column bit width {kind} is over 64")
-        base, at = get_svarint(buf, offset + 1)
-        end = at + (count * kind + 7) // 8
-        ref = _ColumnRef(buf, at, count, base, kind)
-    if end > len(buf):
-        raise DecodeError("truncated columnar payload")
-    return ref, end
+    return (None, pack_column(deltas)) if best is None else (best[0], pack_column(best[1]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,12 +124,12 @@ class _Payload:
     first_min_guessed: bool
     first_time: int
     slope: int | None
-    pid_deltas: _ColumnRef
-    min_col: _ColumnRef
-    spans: _ColumnRef
-    shorts: _ColumnRef
-    times: _ColumnRef
-    durations: _ColumnRef
+    pid_deltas: Column
+    min_col: Column
+    spans: Column
+    shorts: Column
+    times: Column
+    durations: Column
 
 
 def _read_payload(buf: bytes) -> _Payload:
@@ -341,8 +149,8 @@ def _read_payload(buf: bytes) -> _Payload:
             raise DecodeError("time slope out of range")
     refs = []
     for n in (count - 1, count - 1, count, count, count - 1, count):
-        ref, offset = _column_ref(buf, offset, n)
-        refs.append(ref)
+        refs.append(read_column(buf, offset, n))
+        offset = refs[-1].end
     if offset != len(buf):
         raise DecodeError("trailing bytes after the last column")
     rest = flags & ~(_FLAG_SIGNED_FIRST_MIN | _FLAG_FIRST_MIN_GUESS | _FLAG_TIME_LINE)

@@ -134,8 +134,7 @@ class BatchSealing:
         for b, batch in sorted(stored.items()):
             if batch.legacy is None:
                 continue
-            records = {p.partition_id: p for p in self._decode_existing(b, batch.legacy)}
-            records.update((p.partition_id, p) for p in self._decode_existing(b, batch.slot))
+            records = self._sealed(batch)
             merged = [records[pid] for pid in sorted(records)]
             blob = encode_blob(merged, self.workers.register({p.worker_id for p in merged})) if merged else b""
             writes.append(SlotWrite(b, batch.slot, blob, batch.legacy))
@@ -155,8 +154,7 @@ class BatchSealing:
         if not staged and not extra:
             self.redis.zrem(self.keys.open_batches, str(batch_no))
             return False
-        records = {p.partition_id: p for p in self._decode_existing(batch_no, stored.legacy)}
-        records.update((p.partition_id, p) for p in self._decode_existing(batch_no, stored.slot))
+        records = self._sealed(stored)
         json_bytes = 0
         extra_pids = {str(p.partition_id) for p in extra}
         staged_extra: set[str] = set()
@@ -232,6 +230,12 @@ class BatchSealing:
         if reopened:
             self.redis.zadd(self.keys.open_batches, reopened)
         return {w.batch_no for w in done}
+
+    def _sealed(self, stored: StoredBatch) -> dict[int, ArchivedPartition]:
+        """The records already sealed in a batch, by pid: its old key's, overridden by its slot's."""
+        records = {p.partition_id: p for p in self._decode_existing(stored.batch_no, stored.legacy)}
+        records.update((p.partition_id, p) for p in self._decode_existing(stored.batch_no, stored.slot))
+        return records
 
     def _decode_existing(self, batch_no: int, blob: bytes | None) -> list[ArchivedPartition]:
         """Records already sealed in a batch. A corrupt blob is copied to the quarantine key (its

@@ -41,6 +41,11 @@ class StoredBatch:
         """The blob a reader decodes first (the shelf's, else the old key's)."""
         return self.slot if self.slot is not None else self.legacy
 
+    @property
+    def blobs(self) -> list[bytes]:
+        """Every blob held for the batch, the shelf's first."""
+        return [b for b in (self.slot, self.legacy) if b is not None]
+
 
 @dataclass(frozen=True, slots=True)
 class SlotWrite:

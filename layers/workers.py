@@ -34,9 +34,7 @@ class WorkerRegistry:
         against Redis (one HMGET): after Redis lost its data, or another process changed the
         registry, a stale number would name the wrong worker in every blob encoded with it.
         """
-        wanted = sorted(set(worker_ids))
-        for w in wanted:
-            check_worker_id(w)
+        wanted = _checked(worker_ids)
         with self._lock:
             return self._register(wanted, verify)
 
@@ -44,9 +42,7 @@ class WorkerRegistry:
         """`register` in two halves, so the check of the known numbers rides on the caller's
         pipeline: this queues its HMGET on ``pipe``; the function returned takes that command's
         reply (anything when none was queued) and registers the new workers."""
-        wanted = sorted(set(worker_ids))
-        for w in wanted:
-            check_worker_id(w)
+        wanted = _checked(worker_ids)
         with self._lock:
             known = [w for w in wanted if w in self.map]
         if known:
@@ -114,3 +110,11 @@ class WorkerRegistry:
         except ValueError as exc:
             raise DecodeError(f"the worker registry is corrupt: {exc}") from None
         return self.map
+
+
+def _checked(worker_ids: Iterable[str]) -> list[str]:
+    """The distinct worker IDs, sorted, each checked (`ValidationError` for a bad one)."""
+    wanted = sorted(set(worker_ids))
+    for w in wanted:
+        check_worker_id(w)
+    return wanted

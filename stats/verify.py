@@ -126,9 +126,7 @@ class StatsChecker:
             for b, staged in zip(numbers, replies, strict=False):
                 if stored[b].damaged:
                     report.undecodable_batches.append(b)
-                for blob in (stored[b].slot, stored[b].legacy):
-                    if blob is None:
-                        continue
+                for blob in stored[b].blobs:
                     try:
                         for part in self.archive.decode_batch(blob):
                             if self._bit(index, part.partition_id):

@@ -23,7 +23,7 @@ from codec import (
     encode_text,
     find_in_blob,
 )
-from codec.columnar import _column, _get_column
+from codec.packing import pack_column, read_column
 from codec.varint import put_svarint
 
 SEED_EXAMPLE = "P4970:4969001-4970000:w1:1719234405:295,P4971:4970001-4971000:w2:1719234410:300"
@@ -111,22 +111,23 @@ def batches(draw: st.DrawFn) -> list[ArchivedPartition]:
 def test_a_column_round_trips_in_whichever_packing_is_smaller(case: tuple[int, int, list[int]]) -> None:
     base, _, offsets = case
     values = [base + o for o in offsets]
-    packed = _column(values)
-    assert _get_column(packed, 0, len(values)) == (values, len(packed))
+    packed = pack_column(values)
+    column = read_column(packed, 0, len(values))
+    assert (column.all(), column.end) == (values, len(packed))
     width = (max(values) - min(values)).bit_length() if values else 0
     assert len(packed) <= 1 + len(bytes(_svarint(min(values, default=0)))) + (len(values) * width + 7) // 8
 
 
 def test_radix_columns_cost_log2_of_the_range_and_refuse_values_beyond_it() -> None:
     values = [i % 6 for i in range(99)]
-    packed = _column(values)
+    packed = pack_column(values)
     assert packed[0] == 65 and len(packed) <= 3 + 33  # 99 * log2(6) = 256 bits, against 3 bits a value (38 B)
     group = bytearray(packed)
     group[3:9] = (6**17).to_bytes(6, "little")  # the first group (17 values, 44 bits) at R^k: past its range
     with pytest.raises(DecodeError, match="out of range"):
-        _get_column(bytes(group), 0, 99)
+        read_column(bytes(group), 0, 99).all()
     with pytest.raises(DecodeError, match="truncated"):
-        _get_column(packed[:-1], 0, 99)
+        read_column(packed[:-1], 0, 99)
 
 
 def test_times_at_a_steady_rate_are_stored_as_residuals_from_a_line() -> None:
