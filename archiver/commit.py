@@ -3,8 +3,9 @@
 Entries whose detail is written wait here, unacknowledged, until a flush: every
 ``flush_count`` entries or ``flush_interval_s`` seconds, whichever comes first. A flush calls
 down, in one direction: it counts each partition of the flush once (`split_counted`), builds
-their statistics (`stats.rollup_ops`, pure) and runs one commit script (`ArchiveLayer.commit`)
-that sets their index bits, applies those statistics and acknowledges + deletes every entry.
+their statistics (`stats.rollup_ops`, pure; ranges name workers by registry number) and runs
+one commit script (`ArchiveLayer.commit`) that sets their index bits, applies those statistics
+and acknowledges + deletes every entry.
 The script writes nothing if a counted partition already has its bit (a redelivered entry,
 another archiver) and names those; the flush moves them to the acknowledged-only entries and
 builds the statistics again. So a partition is counted exactly once however often its entry
@@ -17,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from codec import ArchivedPartition, ValidationError
-from layers import ArchiveLayer, CommitResult
+from layers import ArchiveLayer, CommitResult, StaleWorkerNumbers
 from layers.meta import stored_int
 from stats.rollup import DEFAULT_RANGE_WIDTH, rollup_ops
 
@@ -109,11 +110,18 @@ class CommitBuffer:
 
     def _commit(self, entries: list[tuple[str, ArchivedPartition]]) -> CommitResult:
         already: set[int] = set()
+        registry = self.archive.workers
         for _ in range(3):
             counted, ack_only = split_counted(entries, already)
-            keys, ops = rollup_ops([p for _, p in counted], self.archive.keys, self.range_width, int(time.time()))
+            parts = [p for _, p in counted]
+            workers, generation = registry.numbering({p.worker_id for p in parts})
+            keys, ops = rollup_ops(parts, self.archive.keys, self.range_width, int(time.time()), workers)
             self.round_trips += 1
-            result = self.archive.commit(counted, ack_only, keys, ops)
+            try:
+                result = self.archive.commit(counted, ack_only, keys, ops, generation if parts else None)
+            except StaleWorkerNumbers:
+                registry.reload()
+                continue
             if isinstance(result, CommitResult):
                 return result
             already.update(result)

@@ -173,5 +173,6 @@ def write_stats(
     archive = ArchiveLayer(client, keys)
     client.hsetnx(keys.stats_meta, "range_width", range_width)
     for records in _chunks(parts, chunk):
-        stats_keys, ops = rollup_ops(records, keys, range_width, records[-1].completed_at)
-        archive.commit([], [], stats_keys, ops)
+        workers, generation = archive.workers.numbering({r.worker_id for r in records})
+        stats_keys, ops = rollup_ops(records, keys, range_width, records[-1].completed_at, workers)
+        archive.commit([], [], stats_keys, ops, generation)

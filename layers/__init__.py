@@ -8,6 +8,7 @@ from layers.errors import (
     NotOwner,
     OutOfMemory,
     PartitionNotFound,
+    StaleWorkerNumbers,
     VersionConflict,
     WrongKeyType,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "PartitionNotFound",
     "QueueEntry",
     "QueueState",
+    "StaleWorkerNumbers",
     "Tier",
     "TierPolicy",
     "VersionConflict",

@@ -28,7 +28,7 @@ import redis
 
 from codec import ArchivedPartition, ValidationError
 from codec.elk import ElkRecord, as_archived
-from layers.errors import CorruptMetadata, WrongKeyType
+from layers.errors import CorruptMetadata, StaleWorkerNumbers, WrongKeyType
 from layers.keys import ARCHIVER_GROUP, KeySchema
 from layers.meta import stored_int, stored_tier
 from layers.replies import as_text
@@ -154,11 +154,14 @@ class ArchiveLayer(BatchSealing):
         ack_only: Sequence[str] = (),
         stats_keys: Sequence[str] = (),
         ops: Sequence[tuple[int, str, str, int]] = (),
+        workers_generation: str | None = None,
     ) -> CommitResult | list[int]:
         """One script: index bits, total, tier, statistics ``ops``, acknowledgements.
 
         Returns the pids already in the index instead (nothing written) when there are any.
-        ``ops`` are (position in ``stats_keys``, '+'|'<'|'>', field, value).
+        ``ops`` are (position in ``stats_keys``, '+'|'<'|'>', field, value); when they name
+        workers by number, ``workers_generation`` is the registry generation of those numbers
+        (`StaleWorkerNumbers`, nothing written, if the registry now holds another).
         """
         k = self.keys
         entry_ids = [entry_id for entry_id, _ in counted if entry_id != "-"]
@@ -171,10 +174,13 @@ class ArchiveLayer(BatchSealing):
             ",".join(entry_ids),
             ",".join([entry_id for entry_id in ack_only if entry_id != "-"]),
             max(pids, default=0),
+            workers_generation or "",
         ]
         for key_pos, op, field, value in ops:
-            args += [key_pos + 4, op, field, value]
-        reply = self._scripts("commit", [k.index, k.queue, k.archive_meta, *stats_keys], args)
+            args += [key_pos + 5, op, field, value]
+        reply = self._scripts("commit", [k.index, k.queue, k.archive_meta, k.workers, *stats_keys], args)
+        if as_text(reply[0]) == "stale_workers":
+            raise StaleWorkerNumbers(f"the worker registry {k.workers} changed meanwhile; nothing was committed")
         if as_text(reply[0]) == "err":
             what = as_text(reply[2])
             if as_text(reply[1]) == "wrong_type":

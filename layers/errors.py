@@ -30,3 +30,8 @@ class CorruptMetadata(DecodeError):
 
 class OutOfMemory(PartArchiveError):
     """Redis is at ``maxmemory`` and refuses writes (noeviction): the call wrote nothing."""
+
+
+class StaleWorkerNumbers(PartArchiveError):
+    """The worker registry is not the one the caller's worker numbers came from (it was lost
+    and rebuilt since): nothing was written; reload the registry and build the write again."""

@@ -297,11 +297,12 @@ class KeySchema:
 
     @property
     def stats_workers(self) -> str:
-        """Hash ``{short}:c`` / ``{short}:d`` / ``{short}:p``: count, total duration, processed data."""
+        """Hash ``{worker_id}:c`` / ``:d`` / ``:p``: count, total duration, processed data."""
         return f"{self._tagged}_stats:workers"
 
     def stats_range(self, range_no: int) -> str:
-        """Hash for partitions ``range_no * width .. + width - 1``: totals, bounds, per-worker fields."""
+        """Hash for partitions ``range_no * width .. + width - 1``: totals, bounds, per-worker fields
+        named by registry number (``#12c``, ``#12d``, ``#12p``; `stats.fields`)."""
         return f"{self._tagged}_stats:range:{range_no}"
 
     def stats_coarse(self, coarse_no: int) -> str:

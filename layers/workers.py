@@ -38,6 +38,14 @@ class WorkerRegistry:
         with self._lock:
             return self._register(wanted, verify)
 
+    def numbering(self, worker_ids: Iterable[str]) -> tuple[WorkerMap, str | None]:
+        """`register` without the check against Redis (no round trip when every worker is
+        known), and the registry generation those numbers belong to, read together: the commit
+        script refuses numbers of a registry that has changed since."""
+        wanted = _checked(worker_ids)
+        with self._lock:
+            return self._register(wanted, verify=False), self.generation
+
     def queue_register(self, pipe: Any, worker_ids: Iterable[str]) -> Callable[[Any], WorkerMap]:
         """`register` in two halves, so the check of the known numbers rides on the caller's
         pipeline: this queues its HMGET on ``pipe``; the function returned takes that command's

@@ -11,6 +11,7 @@ from layers import KeySchema
 from layers.meta import is_wrong_type, stored_int, stored_tier, wrong_type_error
 from layers.replies import as_text
 from stats.compaction import COARSE, coarse_of, merge_fields
+from stats.fields import KINDS, by_worker_id, per_worker, worker_ids
 from stats.rollup import DEFAULT_RANGE_WIDTH
 
 
@@ -36,15 +37,16 @@ class StatsReader:
 
     @staticmethod
     def _per_worker(fields: dict[str, int]) -> dict[str, dict[str, Any]]:
+        """worker -> totals, from ID-named worker fields (a range's after `by_worker_id`)."""
         out: dict[str, dict[str, Any]] = {}
-        for name, value in fields.items():
-            worker, sep, kind = name.rpartition(":")
-            if not sep or kind not in ("c", "d", "p"):
-                continue
-            entry = out.setdefault(worker, {"count": 0, "total_duration": 0, "data_processed": 0})
-            entry[{"c": "count", "d": "total_duration", "p": "data_processed"}[kind]] += value
-        for entry in out.values():
-            entry["avg_duration"] = _avg(entry["total_duration"], entry["count"])
+        for worker, kinds in per_worker(fields).items():
+            count, duration, data = (kinds[k] for k in KINDS)
+            out[worker] = {
+                "count": count,
+                "total_duration": duration,
+                "data_processed": data,
+                "avg_duration": _avg(duration, count),
+            }
         return dict(sorted(out.items()))
 
     def stats(self) -> dict[str, Any]:
@@ -107,19 +109,24 @@ class StatsReader:
         pipe = self.redis.pipeline(transaction=False)
         pipe.hgetall(self.keys.stats_range(range_no))
         pipe.hget(self.keys.stats_meta, "compact_range")
-        raw, merged_below = pipe.execute()
+        pipe.hgetall(self.keys.workers_by_short)
+        raw, merged_below, registry = pipe.execute()
         if range_no < int(merged_below or 0):
             return self._coarse_stats(coarse_of(range_no), width, range_no)
         if not raw:
             return None
-        return self._summary(_ints(raw), range_no, [range_no * width, range_no * width + width - 1], "range")
+        fields = by_worker_id(_ints(raw), worker_ids(registry))
+        return self._summary(fields, range_no, [range_no * width, range_no * width + width - 1], "range")
 
     def _coarse_stats(self, coarse_no: int, width: int, range_no: int) -> dict[str, Any] | None:
         pipe = self.redis.pipeline(transaction=False)
         pipe.hgetall(self.keys.stats_coarse(coarse_no))
         for r in range(coarse_no * COARSE, (coarse_no + 1) * COARSE):
             pipe.hgetall(self.keys.stats_range(r))  # completions that arrived after their range was merged
-        parts = [_ints(x) for x in pipe.execute() if x]
+        pipe.hgetall(self.keys.workers_by_short)
+        *replies, registry = pipe.execute()
+        names = worker_ids(registry)
+        parts = [by_worker_id(_ints(x), names) for x in replies if x]
         if not parts:
             return None
         first = coarse_no * COARSE * width

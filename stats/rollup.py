@@ -14,8 +14,9 @@ from functools import lru_cache
 from itertools import groupby
 from operator import sub
 
-from codec import ArchivedPartition
+from codec import ArchivedPartition, ValidationError, WorkerMap
 from layers import KeySchema
+from stats.fields import id_names, numbered_names
 
 Op = tuple[int, str, str, int]
 #: Partitions per statistics range, unless the namespace stores another (``stats_meta.range_width``).
@@ -57,16 +58,22 @@ class RollupBuilder:
 
 
 def add_partitions(
-    builder: RollupBuilder, parts: Sequence[ArchivedPartition], keys: KeySchema, range_width: int
+    builder: RollupBuilder,
+    parts: Sequence[ArchivedPartition],
+    keys: KeySchema,
+    range_width: int,
+    numbers: WorkerMap | None,
 ) -> None:
     """Add every rollup update that ``parts`` imply (global, worker, range, day).
 
     A day's hash counts completions per hour (``h00``..``h23``), sums their durations per hour
     (``s00``..``s23``, seconds) and counts them per worker (``w:{worker_id}``).
 
-    Per-worker fields are ``{worker_id}:c`` (count), ``:d`` (duration), ``:p`` (processed
-    data), read back with ``rpartition(":")``, so a worker ID holding ``:`` is still
-    unambiguous, and no worker registry round trip is needed to count.
+    The per-worker rollup names its fields ``{worker_id}:c`` (count), ``:d`` (duration), ``:p``
+    (processed data), read back with ``rpartition(":")``, so a worker ID holding ``:`` is still
+    unambiguous. A range names them by the worker's number in ``numbers``, which must hold
+    every worker of ``parts`` (`stats.fields`); with None by ID, as the consistency check
+    compares them.
 
     This runs for every archived partition, so it works on columns: sums, minima, maxima and
     counts are taken by builtins over each run of partitions in one statistics range (one run
@@ -111,12 +118,14 @@ def add_partitions(
             rw[0] += 1
             rw[1] += duration
             rw[2] += span
+    names = _range_field_names({worker for _, worker in range_workers}, numbers)
     workers_total: dict[str, list[int]] = {}
     for (r_no, worker), (c, d, p) in range_workers.items():
         key = keys.stats_range(r_no)
-        builder.add(key, f"{worker}:c", c)
-        builder.add(key, f"{worker}:d", d)
-        builder.add(key, f"{worker}:p", p + c)
+        c_name, d_name, p_name = names[worker]
+        builder.add(key, c_name, c)
+        builder.add(key, d_name, d)
+        builder.add(key, p_name, p + c)
         total = workers_total.setdefault(worker, [0, 0, 0])
         total[0] += c
         total[1] += d
@@ -128,9 +137,10 @@ def add_partitions(
     builder.keep_max(g, "last_completed_at", max(ats))
     builder.keep_min(g, "first_completed_at", min(ats))
     for worker, (c, d, p) in workers_total.items():
-        builder.add(keys.stats_workers, f"{worker}:c", c)
-        builder.add(keys.stats_workers, f"{worker}:d", d)
-        builder.add(keys.stats_workers, f"{worker}:p", p)
+        c_name, d_name, p_name = id_names(worker)
+        builder.add(keys.stats_workers, c_name, c)
+        builder.add(keys.stats_workers, d_name, d)
+        builder.add(keys.stats_workers, p_name, p)
     for r_no, (count, span, duration, lo, hi, first, last) in ranges.items():
         key = keys.stats_range(r_no)
         builder.add(key, "count", count)
@@ -152,17 +162,30 @@ def add_partitions(
         builder.add(keys.stats_day(_day_name(day)), f"w:{worker}", n)
 
 
+def _range_field_names(worker_ids: set[str], numbers: WorkerMap | None) -> dict[str, tuple[str, str, str]]:
+    if numbers is None:
+        return {w: id_names(w) for w in worker_ids}
+    names = {}
+    for w in worker_ids:
+        short = numbers.known_short_id(w)
+        if short is None:
+            raise ValidationError(f"worker {w!r} has no registry number: register it before its statistics")
+        names[w] = numbered_names(short)
+    return names
+
+
 @lru_cache(maxsize=4096)
 def _day_name(day: int) -> str:
     return day_of(day * 86400)
 
 
 def rollup_ops(
-    parts: Sequence[ArchivedPartition], keys: KeySchema, range_width: int, now: int
+    parts: Sequence[ArchivedPartition], keys: KeySchema, range_width: int, now: int, numbers: WorkerMap
 ) -> tuple[list[str], list[Op]]:
+    """The commit's keys and ops for ``parts``; ``numbers`` (the registry's) numbers every worker among them."""
     if not parts:
         return [], []
     builder = RollupBuilder()
-    add_partitions(builder, parts, keys, range_width)
+    add_partitions(builder, parts, keys, range_width, numbers)
     builder.keep_max(keys.stats_global, "last_updated", now)
     return builder.build()

@@ -24,6 +24,7 @@ from layers import ArchiveLayer, KeySchema, TierPolicy
 from layers.meta import stored_int
 from layers.replies import as_text
 from stats.compaction import coarse_of, merge_fields
+from stats.fields import by_worker_id, to_numbered, worker_ids
 from stats.reader import StatsReader
 from stats.rollup import RollupBuilder, add_partitions
 
@@ -95,6 +96,7 @@ class StatsChecker:
         self.keys = KeySchema.of(namespace, cluster, client=redis_client)
         self.archive = ArchiveLayer(redis_client, self.keys, policy)
         self.reader = StatsReader(redis_client, self.keys)
+        self._worker_ids: dict[int, str] = {}  # the registry, short -> ID, read by `check`
 
     def _index(self) -> bytes:
         raw = self.redis.get(self.keys.index)
@@ -168,7 +170,10 @@ class StatsChecker:
         pipe = self.redis.pipeline(transaction=False)
         for r in ranges:
             pipe.hgetall(self.keys.stats_range(r))
-        stored_ranges = dict(zip(ranges, (_ints(x) for x in pipe.execute()), strict=True))
+        pipe.hgetall(self.keys.workers_by_short)
+        *raw_ranges, registry = pipe.execute()
+        self._worker_ids = worker_ids(registry)  # ranges are compared with their workers named by ID
+        stored_ranges = dict(zip(ranges, (self._stored(x) for x in raw_ranges), strict=True))
         merged_below = int(self.redis.hget(self.keys.stats_meta, "compact_range") or 0)  # type: ignore[arg-type]
         fully_backed = True
         rewrites: dict[str, dict[str, int]] = {}
@@ -182,9 +187,7 @@ class StatsChecker:
             stored, indexed = stored_ranges[r], indexed_per_range.get(r, 0)
             if len(by_range.get(r, [])) == indexed:
                 report.ranges_checked += 1
-                builder = RollupBuilder()
-                add_partitions(builder, by_range.get(r, []), self.keys, width)
-                expected = _expected_fields(builder, key)
+                expected = self._expected_range(r, by_range.get(r, []), width)
                 for name in sorted(set(stored) | set(expected)):
                     if stored.get(name) != expected.get(name):
                         report.differences.append(
@@ -204,7 +207,7 @@ class StatsChecker:
             fully_backed = fully_backed and backed
             after[self.keys.stats_coarse(c)] = rewrites.get(
                 self.keys.stats_coarse(c),
-                merge_fields([_ints(self.redis.hgetall(self.keys.stats_coarse(c)))]),  # type: ignore[arg-type]
+                merge_fields([self._stored(self.redis.hgetall(self.keys.stats_coarse(c)))]),
             )
             for r in members:
                 after[self.keys.stats_range(r)] = rewrites.get(self.keys.stats_range(r), stored_ranges[r])
@@ -212,6 +215,7 @@ class StatsChecker:
         if fully_backed:
             self._check_days(report, list(detail.values()), rewrites)
         if repair and rewrites:
+            self._number_workers(rewrites)
             pipe = self.redis.pipeline(transaction=True)
             for key, fields in rewrites.items():
                 pipe.delete(key)
@@ -243,9 +247,7 @@ class StatsChecker:
         """Ranges merged into a coarse range are checked together: the coarse hash plus any fine
         hash of late completions against what the detail (or the index) proves for all of them."""
         key = self.keys.stats_coarse(coarse_no)
-        stored = merge_fields(
-            [_ints(self.redis.hgetall(key)), *(stored_ranges[r] for r in members)]  # type: ignore[arg-type]
-        )
+        stored = merge_fields([self._stored(self.redis.hgetall(key)), *(stored_ranges[r] for r in members)])
         indexed = sum(indexed_per_range.get(r, 0) for r in members)
         backed = all(len(by_range.get(r, [])) == indexed_per_range.get(r, 0) for r in members)
         if backed:
@@ -268,9 +270,26 @@ class StatsChecker:
         return backed
 
     def _expected_range(self, range_no: int, parts: list[ArchivedPartition], width: int) -> dict[str, int]:
+        """A range's fields as ``parts`` imply them, workers named by ID."""
         builder = RollupBuilder()
-        add_partitions(builder, parts, self.keys, width)
+        add_partitions(builder, parts, self.keys, width, None)
         return _expected_fields(builder, self.keys.stats_range(range_no))
+
+    def _stored(self, raw: Any) -> dict[str, int]:
+        """A stored range or coarse hash with its workers named by ID (`stats.fields`)."""
+        return by_worker_id(_ints(raw), self._worker_ids)
+
+    def _number_workers(self, rewrites: dict[str, dict[str, int]]) -> None:
+        """Range and coarse rewrites as they are stored: workers named by registry number."""
+        range_prefix, coarse_prefix = self.keys.stats_range(0)[:-1], self.keys.stats_coarse(0)[:-1]
+
+        def shorts(ids: Any) -> dict[str, int]:
+            numbers = self.archive.workers.register(ids)
+            return {w: numbers.short_id(w) for w in ids}
+
+        for key, fields in rewrites.items():
+            if key.startswith((range_prefix, coarse_prefix)):
+                rewrites[key] = to_numbered(fields, shorts)
 
     def _stored_ranges(self, width: int) -> list[int]:
         meta = self.keys.archive_meta
@@ -309,7 +328,7 @@ class StatsChecker:
         self, report: CheckReport, parts: list[ArchivedPartition], rewrites: dict[str, dict[str, int]]
     ) -> None:
         builder = RollupBuilder()
-        add_partitions(builder, parts, self.keys, 10**12)
+        add_partitions(builder, parts, self.keys, 10**12, None)
         day_prefix = self.keys.stats_day("")
         expected: dict[str, dict[str, int]] = defaultdict(dict)
         keys, ops = builder.build()

@@ -4,18 +4,24 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codec import ArchivedPartition
+from codec import ArchivedPartition, ValidationError, WorkerMap
 from layers import KeySchema
 from stats.rollup import RollupBuilder, add_partitions, day_of
+
+NUMBERS = WorkerMap({7: "w1", 1: "w:2", 12: "w3"})
 
 KEYS = KeySchema("rollup")
 
 
-def by_definition(parts: list[ArchivedPartition], width: int) -> dict[tuple[str, str], tuple[str, int]]:
-    """Each partition on its own: +1 and its sums on global, worker, range, range-worker and day fields."""
+def by_definition(
+    parts: list[ArchivedPartition], width: int, numbered: bool
+) -> dict[tuple[str, str], tuple[str, int]]:
+    """Each partition on its own: +1 and its sums on global, worker, range, range-worker and day
+    fields; a range names a worker ``#{number}c`` when ``numbered``, else ``{worker_id}:c``."""
     out: dict[tuple[str, str], tuple[str, int]] = {}
     sums: dict[tuple[str, str], int] = defaultdict(int)
 
@@ -26,6 +32,7 @@ def by_definition(parts: list[ArchivedPartition], width: int) -> dict[tuple[str,
 
     for p in parts:
         data, rng, day = p.max_id - p.min_id + 1, KEYS.stats_range(p.partition_id // width), day_of(p.completed_at)
+        in_range = f"#{NUMBERS.known_short_id(p.worker_id)}" if numbered else f"{p.worker_id}:"
         for key, field, value in [
             (KEYS.stats_global, "completed", 1),
             (KEYS.stats_global, "processed", data),
@@ -36,9 +43,9 @@ def by_definition(parts: list[ArchivedPartition], width: int) -> dict[tuple[str,
             (rng, "count", 1),
             (rng, "data", data),
             (rng, "duration", p.duration),
-            (rng, f"{p.worker_id}:c", 1),
-            (rng, f"{p.worker_id}:d", p.duration),
-            (rng, f"{p.worker_id}:p", data),
+            (rng, f"{in_range}c", 1),
+            (rng, f"{in_range}d", p.duration),
+            (rng, f"{in_range}p", data),
             (KEYS.stats_day(day), f"h{p.completed_at // 3600 % 24:02d}", 1),
             (KEYS.stats_day(day), f"s{p.completed_at // 3600 % 24:02d}", p.duration),
             (KEYS.stats_day(day), f"w:{p.worker_id}", 1),
@@ -68,13 +75,21 @@ parts_strategy = st.lists(
 )
 
 
-@given(parts_strategy, st.sampled_from([1, 7, 1000]), st.booleans())
-def test_the_rollup_equals_the_per_partition_definition(parts: list[ArchivedPartition], width: int, sort: bool) -> None:
+@given(parts_strategy, st.sampled_from([1, 7, 1000]), st.booleans(), st.booleans())
+def test_the_rollup_equals_the_per_partition_definition(
+    parts: list[ArchivedPartition], width: int, sort: bool, numbered: bool
+) -> None:
     if sort:  # the import's case (ids in order) and the daemon's (any order)
         parts = sorted(parts)
     builder = RollupBuilder()
-    add_partitions(builder, parts, KEYS, width)
+    add_partitions(builder, parts, KEYS, width, NUMBERS if numbered else None)
     keys, ops = builder.build()
     got = {(keys[pos], field): (op, value) for pos, op, field, value in ops}
     assert len(got) == len(ops)
-    assert got == by_definition(parts, width)
+    assert got == by_definition(parts, width, numbered)
+
+
+def test_a_worker_without_a_number_is_refused() -> None:
+    part = ArchivedPartition(1, 1, 10, "unregistered", 1_700_000_000, 5)
+    with pytest.raises(ValidationError, match="unregistered"):
+        add_partitions(RollupBuilder(), [part], KEYS, 1000, NUMBERS)

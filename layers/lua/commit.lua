@@ -5,16 +5,22 @@
 -- the caller can rebuild the statistics without them and move them to the ack-only list.
 -- Ids travel as comma-separated lists (one argument each, not one per id) and the bits are
 -- read and set by BITFIELD, 1,000 per call: this runs for every archived partition.
+-- Range hashes name workers by their registry number: the numbers are those of the registry
+-- generation in ARGV[8], and if the registry holds another one (it was lost and rebuilt since
+-- the caller read it), nothing is written.
 -- KEYS[1] index bitmap   KEYS[2] archive queue   KEYS[3] archive meta hash
--- KEYS[4..] statistics hashes (the ops below address them by position in KEYS)
+-- KEYS[4] worker registry (worker_id -> short number; its field '' is the generation)
+-- KEYS[5..] statistics hashes (the ops below address them by position in KEYS)
 -- ARGV[1] consumer group   ARGV[2] compressed_from   ARGV[3] summary_above
 -- ARGV[4] counted pids, comma-separated
 -- ARGV[5] their queue entry ids, comma-separated ('' for an import, which has no entries)
 -- ARGV[6] entry ids to acknowledge only, comma-separated ('' if none)
 -- ARGV[7] the largest counted pid (0 if none)
--- ARGV[8..] quads until the end: key index, op, field, value (op: '+' HINCRBY, '<' keep min, '>' keep max)
--- Returns {'dup', pid...} or {'ok', total archived, tier, n}; {'err', 'wrong_type', what} or
--- {'err', 'corrupt_meta', field} (nothing written) when a key or the meta hash is not ours.
+-- ARGV[8] the registry generation the worker numbers of the ops belong to ('' when none is used)
+-- ARGV[9..] quads until the end: key index, op, field, value (op: '+' HINCRBY, '<' keep min, '>' keep max)
+-- Returns {'dup', pid...} or {'ok', total archived, tier, n}; {'stale_workers'},
+-- {'err', 'wrong_type', what} or {'err', 'corrupt_meta', field} (nothing written) when the
+-- registry changed, or a key or the meta hash is not ours.
 local function split(list)
   local out = {}
   for item in string.gmatch(list, '[^,]+') do
@@ -44,13 +50,16 @@ local function ack(ids)
   end
 end
 
-local kinds = {'string', 'stream', 'hash'}
-for i = 4, #KEYS do
+local kinds = {'string', 'stream', 'hash', 'hash'}
+for i = 5, #KEYS do
   kinds[i] = 'hash'
 end
 local bad_type = wrong_type(kinds)
 if bad_type then
   return bad_type
+end
+if ARGV[8] ~= '' and redis.call('HGET', KEYS[4], '') ~= ARGV[8] then
+  return {'stale_workers'}
 end
 local rank = {simple = 1, compressed = 2, summary = 3}
 local meta = redis.call('HMGET', KEYS[3], 'max_pid', 'total', 'tier')
@@ -64,7 +73,7 @@ if meta[3] and not rank[meta[3]] then
 end
 -- every statistics field the ops touch, one HMGET per key: checked here, reused below
 local current, fields_of = {}, {}
-for i = 8, #ARGV, 4 do
+for i = 9, #ARGV, 4 do
   local k = tonumber(ARGV[i])
   fields_of[k] = fields_of[k] or {}
   table.insert(fields_of[k], i)
@@ -108,7 +117,7 @@ end
 ack(split(ARGV[5]))
 ack(split(ARGV[6]))
 local keep = {}
-for i = 8, #ARGV, 4 do
+for i = 9, #ARGV, 4 do
   local k, op, field, value = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   if op == '+' then
     redis.call('HINCRBY', KEYS[k], field, value)
