@@ -13,7 +13,7 @@ import enum
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 
@@ -75,6 +75,21 @@ class Answer:
         }
 
 
+class _Reads(NamedTuple):
+    """What `lookup.lua` (or the cluster pipeline) read for one partition."""
+
+    active: bytes | None
+    indexed: int
+    simple: bytes | None
+    staged: bytes | None
+    done: int
+    newest: Any
+    retention: bytes | None
+    generation: bytes | None
+    stored: StoredBatch
+    batch_size: int
+
+
 #: Looks up the statistics layer's summary for a partition (its ID range), or None.
 SummaryLookup = Callable[[int], dict[str, Any] | None]
 
@@ -116,30 +131,11 @@ class QueryRouter:
         return answer
 
     def _get(self, pid: int) -> Answer:
-        k = self.keys
-        batch_no = pid // self.archive.stored_batch_size()  # as the batches were written, whatever is configured
-        shelf_no, slot_no = divmod(batch_no, SHELF_SLOTS)
-        if self._scripted:
-            keys = [k.active, k.index, k.completed, k.staging(batch_no), k.done, k.expiry, k.archive_meta]
-            keys += [k.workers, k.shelf(shelf_no), k.batch(batch_no)]
-            replies = self._scripts("lookup", keys, [pid, batch_no, slot_no])
-            active, indexed, simple, staged, done, newest, retention, generation, slot, legacy, damaged = replies
-            why = f"shelf {shelf_no} is corrupt: {as_text(damaged)}" if damaged else ""
-            stored = StoredBatch(batch_no, unshelved(slot), legacy, why)
-        else:  # Redis Cluster: the keys span slots, so no script; the same reads in one pipeline
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.hget(k.active, str(pid))
-            pipe.getbit(k.index, pid)
-            pipe.hget(k.completed, str(pid))
-            pipe.hget(k.staging(batch_no), str(pid))
-            pipe.getbit(k.done, pid)
-            pipe.zscore(k.expiry, str(batch_no))
-            pipe.hget(k.archive_meta, "retention_s")
-            pipe.hget(k.workers, "")
-            parse = self.archive.shelves.add_reads(pipe, [batch_no], repair=False)
-            replies = pipe.execute()
-            active, indexed, simple, staged, done, newest, retention, generation = replies[:8]
-            stored = parse(replies[8:])[batch_no]
+        size = self.archive.known_batch_size  # as the batches were written, whatever is configured
+        reads = self._read(pid, size)
+        if reads.batch_size != size:  # first sight of the stored size, or none stored yet
+            reads = self._read(pid, reads.batch_size)
+        active, indexed, simple, staged, done, newest, retention, generation, stored, _ = reads
         newest = None if newest is None else float(newest)
         if stored.blob is not None and not self.archive.workers.is_current(generation):
             self.archive.workers.reload()  # the registry was lost and built again since it was read
@@ -162,7 +158,7 @@ class QueryRouter:
             except DecodeError as exc:
                 self.decode_failures += 1
                 self._undecodable.inc()
-                problem, corrupt = f"archived batch {batch_no} cannot be decoded: {exc}", True
+                problem, corrupt = f"archived batch {stored.batch_no} cannot be decoded: {exc}", True
                 continue
             if part is not None:
                 return Answer(pid, Source.BATCH, part)
@@ -171,6 +167,38 @@ class QueryRouter:
         if done:
             return Answer(pid, Source.QUEUE, None, True, "completed, waiting in the archive queue")
         return Answer(pid, Source.NONE, detail="no such partition")
+
+    def _read(self, pid: int, batch_size: int) -> _Reads:
+        """Everything about ``pid`` in one round trip, its batch found by ``batch_size``; with the
+        batch size stored in the namespace (the one to use if it differs)."""
+        k = self.keys
+        batch_no = pid // batch_size
+        shelf_no, slot_no = divmod(batch_no, SHELF_SLOTS)
+        if self._scripted:
+            keys = [k.active, k.index, k.completed, k.staging(batch_no), k.done, k.expiry, k.archive_meta]
+            keys += [k.workers, k.shelf(shelf_no), k.batch(batch_no)]
+            replies = self._scripts("lookup", keys, [pid, batch_no, slot_no])
+            slot, legacy, damaged, stored_size = replies[8:]
+            why = f"shelf {shelf_no} is corrupt: {as_text(damaged)}" if damaged else ""
+            stored = StoredBatch(batch_no, unshelved(slot), legacy, why)
+        else:  # Redis Cluster: the keys span slots, so no script; the same reads in one pipeline
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.hget(k.active, str(pid))
+            pipe.getbit(k.index, pid)
+            pipe.hget(k.completed, str(pid))
+            pipe.hget(k.staging(batch_no), str(pid))
+            pipe.getbit(k.done, pid)
+            pipe.zscore(k.expiry, str(batch_no))
+            pipe.hget(k.archive_meta, "retention_s")
+            pipe.hget(k.workers, "")
+            pipe.hget(k.archive_meta, "batch_size")
+            parse = self.archive.shelves.add_reads(pipe, [batch_no], repair=False)
+            replies = pipe.execute()
+            stored_size = replies[8]
+            stored = parse(replies[9:])[batch_no]
+        active, indexed, simple, staged, done, newest, retention, generation = replies[:8]
+        size = self.archive.batch_size_read(stored_size)
+        return _Reads(active, indexed, simple, staged, done, newest, retention, generation, stored, size)
 
     def _expired(self, newest: float, retention: bytes | None) -> bool:
         try:

@@ -115,7 +115,7 @@ def _time_column(pids: list[int], times: list[int]) -> tuple[int | None, bytes]:
     return (None, pack_column(deltas)) if best is None else (best[0], pack_column(best[1]))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Payload:
     count: int
     flags: int  # with the flags read into the fields below cleared
@@ -210,11 +210,8 @@ def find_in_columns(buf: bytes, workers: WorkerMap, pid: int) -> ArchivedPartiti
     record returned (the blob's checksum has vouched for the rest)."""
     head = _read_payload(buf)
     first_pid = head.first_pid
-    pid_deltas = head.pid_deltas.all()
-    pids = list(accumulate(pid_deltas, initial=first_pid))
-    try:
-        i = pids.index(pid)
-    except ValueError:
+    i = _index_of(head, pid)
+    if i is None:
         return None
     span = head.spans.at(i)
     first_min = head.first_min
@@ -224,7 +221,7 @@ def find_in_columns(buf: bytes, workers: WorkerMap, pid: int) -> ArchivedPartiti
     if not i or (head.flags == _FLAG_PREDICTED_MIN and constant):
         low = first_min + (pid - first_pid) * (span + 1)
     elif head.flags == _FLAG_PREDICTED_MIN:
-        spans, errors = head.spans.all(), head.min_col.all()
+        spans, errors, pid_deltas = head.spans.all(), head.min_col.all(), head.pid_deltas.all()
         low = first_min + sum(d * (w + 1) + e for d, w, e in zip(pid_deltas[:i], spans[:i], errors[:i], strict=True))
     else:
         low = head.min_col.at(i - 1)
@@ -248,6 +245,20 @@ def find_in_columns(buf: bytes, workers: WorkerMap, pid: int) -> ArchivedPartiti
     if name is None:
         raise DecodeError(f"unknown worker short id {short}")
     return _build((pid, low, low + span, name, at, duration))
+
+
+def _index_of(head: _Payload, pid: int) -> int | None:
+    """Where ``pid`` is among the payload's records (None: not there); by arithmetic when every
+    pid delta is the same (a column of width 0: the common batch of consecutive partitions)."""
+    deltas = head.pid_deltas
+    if not deltas.width and deltas.base > 0:
+        i, off = divmod(pid - head.first_pid, deltas.base)
+        return i if not off and 0 <= i < head.count else None
+    pids = list(accumulate(deltas.all(), initial=head.first_pid))
+    try:
+        return pids.index(pid)
+    except ValueError:
+        return None
 
 
 def _check_range(name: str, values: list[int], lo: int, hi: int) -> None:

@@ -108,7 +108,7 @@ def _radix_column(values: Sequence[int], base: int, radix: int) -> bytes:
     return bytes(out + packed.to_bytes((shift + 7) // 8, "little"))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Column:
     """Where one packed column lies in a buffer, read from its header: values on demand."""
 

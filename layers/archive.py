@@ -110,10 +110,21 @@ class ArchiveLayer(BatchSealing):
     def stored_batch_size(self) -> int:
         """The batch size the namespace's batches were written with (the policy's before any)."""
         if self._stored_batch_size is None:
-            raw = self.redis.hget(self.keys.archive_meta, "batch_size")
-            if raw is None:
-                return self.policy.batch_size
-            self._stored_batch_size = stored_int(self.keys.archive_meta, "batch_size", raw, default=0, minimum=1)
+            return self.batch_size_read(self.redis.hget(self.keys.archive_meta, "batch_size"))
+        return self._stored_batch_size
+
+    @property
+    def known_batch_size(self) -> int:
+        """The stored batch size if this process has seen it, else the policy's (no round trip:
+        the query router reads the field beside the record and corrects a wrong guess)."""
+        return self._stored_batch_size or self.policy.batch_size
+
+    def batch_size_read(self, raw: Any) -> int:
+        """The batch size in force given the meta's ``batch_size`` field as just read (None before
+        any batch was written); a stored one is kept, since it never changes."""
+        if raw is None:
+            return self._stored_batch_size or self.policy.batch_size
+        self._stored_batch_size = stored_int(self.keys.archive_meta, "batch_size", raw, default=0, minimum=1)
         return self._stored_batch_size
 
     # write path

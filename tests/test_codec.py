@@ -84,6 +84,9 @@ def batches(draw: st.DrawFn) -> list[ArchivedPartition]:
     if draw(st.booleans()):  # realistic runs: contiguous, equal-width, sorted, with gaps
         start, width = draw(st.integers(1, 2**30)), draw(st.integers(1, 10**6))
         pids = sorted(draw(st.sets(st.integers(start, start + 500), min_size=1, max_size=60)))
+        if draw(st.booleans()):  # evenly spaced: the one-record read finds them by arithmetic
+            step = draw(st.integers(1, 5))
+            pids = list(range(start, start + step * len(pids), step))
         out = [ArchivedPartition(p, (p - 1) * width, p * width - 1, names[p % len(names)], p + 7, 300) for p in pids]
         if draw(st.booleans()):  # completed at a steady rate (1/256 s per id upwards), with noise
             rate, noise = draw(st.integers(-(2**12), 2**20)), draw(st.integers(0, 1000))
@@ -152,7 +155,8 @@ def test_round_trip(records: list[ArchivedPartition], fmt: str, compress: bool |
     blob = encode_blob(records, workers, fmt=fmt, compress=compress)
     assert decode_blob(blob, WorkerMap.from_json(workers.to_json())) == records
     by_pid = {r.partition_id: r for r in reversed(records)}  # the first of a repeated pid is found
-    for pid in [*list(by_pid)[:10], max(by_pid) + 1]:
+    low = min(by_pid)
+    for pid in {*list(by_pid)[:10], *range(max(1, low - 1), low + 12), max(by_pid) + 1}:  # gaps too
         assert find_in_blob(blob, workers, pid) == by_pid.get(pid)
     assert blob_record_count(blob) == len(records)
     if fmt == "text":

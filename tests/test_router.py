@@ -62,3 +62,26 @@ def test_bad_ids_raise_validation_error(world: tuple[ActiveLayer, QueryRouter, A
     _, router, _ = world
     with pytest.raises(ValidationError):
         router.get(pid)  # type: ignore[arg-type]
+
+
+def test_a_lookup_is_one_round_trip_before_any_batch_size_is_stored(
+    real_redis: redis.Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A namespace no archiver has run on yet stores no batch size: the router uses its policy's
+    without asking for the stored one separately on every lookup."""
+    active = ActiveLayer(real_redis, namespace)
+    active.create_partitions(1, 3000, 1000)
+    router = QueryRouter(real_redis, namespace)
+    assert router.get(2).source is Source.ACTIVE
+    assert not real_redis.hexists(KeySchema(namespace).archive_meta, "batch_size")
+    sent: list[str] = []
+    send = real_redis.execute_command
+
+    def counted(*args: object, **options: object) -> object:
+        sent.append(str(args[0]))
+        return send(*args, **options)
+
+    monkeypatch.setattr(real_redis, "execute_command", counted)
+    for pid in (1, 2, 3):
+        assert router.get(pid).source is Source.ACTIVE
+    assert sent == ["EVALSHA"] * 3

@@ -1,4 +1,4 @@
--- Shared helpers, prepended to every script by layers/scripts.py (not a script of its own).
+-- Shared helpers, prepended by layers/scripts.py to every script that uses them (not a script of its own).
 --
 -- A record is handled as its top-level JSON members, each kept as raw text, and never goes
 -- through cjson.encode: cjson prints numbers with 14 significant digits (ids are signed

@@ -6,8 +6,9 @@
 -- KEYS[9] shelf string    KEYS[10] the batch's own key (versions before shelves)
 -- ARGV[1] pid   ARGV[2] batch number   ARGV[3] slot in the shelf
 -- Returns {active, indexed, simple, staged, done, newest, retention, generation, slot, legacy,
--- shelf problem}: the slot as the shelf holds it (codec/shelf.py) or false, and '' or why the
--- shelf's table cannot be read.
+-- shelf problem, batch size}: the slot as the shelf holds it (codec/shelf.py) or false, '' or
+-- why the shelf's table cannot be read, and the stored batch size (the caller computed ARGV[2]
+-- from the one it knew: if they differ it asks again).
 local pid, batch, slot = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local out = {
   redis.call('HGET', KEYS[1], pid),
@@ -21,6 +22,7 @@ local out = {
   false,
   redis.call('GET', KEYS[10]),
   '',
+  redis.call('HGET', KEYS[7], 'batch_size'),
 }
 local size = redis.call('STRLEN', KEYS[9])
 if size == 0 then
