@@ -1,9 +1,10 @@
 """Loads the Lua scripts in ``layers/lua`` once and registers them on a client.
 
-A script that uses ``_record.lua`` (shared helpers) gets it prepended; the others run without
-it, since defining its functions and tables costs every call (~6 us of server time, a quarter
-of the query router's lookup). redis-py's ``Script`` runs ``EVALSHA`` and reloads the script
-itself after a ``SCRIPT FLUSH`` or a server restart.
+A script gets each shared helper file (``_decimal.lua``, ``_record.lua``) that it uses
+prepended, and runs without the others, since defining their functions and tables costs every
+call (~6 us of server time for ``_record.lua``, a quarter of the query router's lookup).
+redis-py's ``Script`` runs ``EVALSHA`` and reloads the script itself after a ``SCRIPT FLUSH``
+or a server restart.
 """
 
 from __future__ import annotations
@@ -18,15 +19,15 @@ import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
-_PRELUDE = "_record.lua"
+PRELUDES = ("_decimal.lua", "_record.lua")
 
 
 @cache
 def script_source(name: str) -> str:
     folder = resources.files("layers") / "lua"
-    prelude = (folder / _PRELUDE).read_text(encoding="utf-8")
     body = (folder / f"{name}.lua").read_text(encoding="utf-8")
-    return f"{prelude}\n{body}" if uses_prelude(prelude, body) else body
+    preludes = [(folder / prelude).read_text(encoding="utf-8") for prelude in PRELUDES]
+    return "\n".join([*(prelude for prelude in preludes if uses_prelude(prelude, body)), body])
 
 
 def uses_prelude(prelude: str, body: str) -> bool:

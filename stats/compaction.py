@@ -136,7 +136,8 @@ class StatsCompactor:
                     "stats_merge_range", [self.keys.stats_range(r), self.keys.stats_coarse(coarse_of(r))], []
                 )
                 if isinstance(reply, list):
-                    raise DecodeError(f"{self.keys.stats_range(r)} field {as_text(reply[2])} is not a number")
+                    key = as_text(reply[3]) if len(reply) > 3 else self.keys.stats_range(r)
+                    raise DecodeError(f"{key} field {as_text(reply[2])} is not a number")
                 merged += 1
             cursor = r + 1
         if cursor != start:

@@ -5,8 +5,11 @@ from __future__ import annotations
 from importlib import resources
 
 import pytest
+import redis
 
-from layers.scripts import script_source, uses_prelude
+from layers import KeySchema
+from layers.replies import as_text
+from layers.scripts import Scripts, script_source, uses_prelude
 
 PRELUDE = "local ZERO = '0'\nlocal function wrong_type(kinds)\n  return kinds\nend\n"
 LUA = resources.files("layers") / "lua"
@@ -30,15 +33,34 @@ def test_uses_prelude(body: str, uses: bool) -> None:
     assert uses_prelude(PRELUDE, body) is uses
 
 
-def test_scripts_that_use_the_prelude_get_it_the_others_run_without() -> None:
-    prelude = (LUA / "_record.lua").read_text(encoding="utf-8")
-    bare, with_prelude = [], []
+def test_scripts_that_use_a_prelude_get_it_the_others_run_without() -> None:
+    record, decimal = ((LUA / name).read_text(encoding="utf-8") for name in ("_record.lua", "_decimal.lua"))
+    given: dict[str, set[str]] = {}
     for path in sorted(LUA.iterdir(), key=lambda p: p.name):
         name = path.name.removesuffix(".lua")
         if not path.name.endswith(".lua") or name.startswith("_"):
             continue
         source = script_source(name)
-        (with_prelude if source.startswith(prelude) else bare).append(name)
+        given[name] = {label for label, text in (("record", record), ("decimal", decimal)) if text in source}
         assert source.endswith(path.read_text(encoding="utf-8"))
-    assert {"complete", "claim", "update", "commit"} <= set(with_prelude)
-    assert {"lookup", "shelf_put", "hdel_if_equal", "register_workers"} <= set(bare)
+    assert given["commit"] == {"record", "decimal"} and given["stats_merge_range"] == {"decimal"}
+    assert given["complete"] == given["claim"] == given["update"] == {"record"}
+    assert given["lookup"] == given["shelf_put"] == given["hdel_if_equal"] == given["register_workers"] == set()
+
+
+def test_hdel_if_equal_deletes_only_the_unchanged_fields_in_chunks(real_redis: redis.Redis, namespace: str) -> None:
+    """Over a chunk's 500 fields: each field is deleted only if it holds the value given; a missing
+    field, a changed one and a field named twice are handled like the others."""
+    key = KeySchema(namespace).staging(1)
+    real_redis.hset(key, mapping={f"f{i}": f"v{i}" for i in range(1200)})
+    real_redis.hset(key, mapping={f"f{i}": "changed" for i in range(0, 1200, 7)})
+    args: list[object] = []
+    for i in [*range(1200), 5, 1500]:
+        args += [f"f{i}", f"v{i}"]
+    deleted = Scripts.of(real_redis)("hdel_if_equal", [key], args)
+    kept = {as_text(f) for f in real_redis.hkeys(key)}
+    assert kept == {f"f{i}" for i in range(0, 1200, 7)}
+    assert deleted == 1200 - len(kept)
+    real_redis.delete(key)
+    real_redis.rpush(key, "x")
+    assert Scripts.of(real_redis)("hdel_if_equal", [key], ["a", "1"]) == 0  # not a hash: nothing

@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from archiver.output import json_bytes
 from archiver.router import Answer, QueryRouter
 from layers import MAX_PARTITION_ID
 
@@ -25,7 +25,7 @@ _JSON = (b"content-type", b"application/json")
 
 def answer_body(answer: Answer) -> tuple[int, bytes]:
     """Status and JSON body of a lookup's answer (404 when not found)."""
-    return (200 if answer.found else 404), orjson.dumps(answer.to_dict())
+    return (200 if answer.found else 404), json_bytes(answer.to_dict())
 
 
 class PartitionLookupPath:

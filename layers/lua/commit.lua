@@ -17,10 +17,19 @@
 -- ARGV[6] entry ids to acknowledge only, comma-separated ('' if none)
 -- ARGV[7] the largest counted pid (0 if none)
 -- ARGV[8] the registry generation the worker numbers of the ops belong to ('' when none is used)
--- ARGV[9..] quads until the end: key index, op, field, value (op: '+' HINCRBY, '<' keep min, '>' keep max)
+-- ARGV[9..] quads until the end: key index, op, field, value (op: '+' add, '<' keep min, '>' keep
+--           max), exact whatever the size (_decimal.lua): a sum past 2^63 is kept as it is
 -- Returns {'dup', pid...} or {'ok', total archived, tier, n}; {'stale_workers'},
 -- {'err', 'wrong_type', what} or {'err', 'corrupt_meta', field} (nothing written) when the
 -- registry changed, or a key or the meta hash is not ours.
+-- whether a comes before b: exactly for integers (ids pass 2^53), as numbers otherwise
+local function less(a, b)
+  if string.match(a, '^%-?%d+$') and string.match(b, '^%-?%d+$') then
+    return decimal_cmp(a, b) < 0
+  end
+  return tonumber(a) < tonumber(b)
+end
+
 local function split(list)
   local out = {}
   for item in string.gmatch(list, '[^,]+') do
@@ -83,7 +92,12 @@ for k, ops in pairs(fields_of) do
   for j, i in ipairs(ops) do
     names[j] = ARGV[i + 2]
   end
-  local values = redis.call('HMGET', KEYS[k], unpack(names))
+  local values = {}
+  for first = 1, #names, 500 do -- well inside Lua's limit on unpacked arguments
+    for j, value in ipairs(redis.call('HMGET', KEYS[k], unpack(names, first, math.min(#names, first + 499)))) do
+      values[first + j - 1] = value
+    end
+  end
   for j, i in ipairs(ops) do
     local value = values[j]
     if value and not (string.match(value, '^%-?%d+$') or (ARGV[i + 1] ~= '+' and tonumber(value))) then
@@ -119,17 +133,20 @@ ack(split(ARGV[6]))
 local keep = {}
 for i = 9, #ARGV, 4 do
   local k, op, field, value = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local old = current[i]
   if op == '+' then
-    redis.call('HINCRBY', KEYS[k], field, value)
-  elseif not current[i] or (op == '<' and tonumber(value) < tonumber(current[i]))
-      or (op == '>' and tonumber(value) > tonumber(current[i])) then
+    value = decimal_add(old or '0', value)
+  end
+  if op == '+' or not old or (op == '<' and less(value, old)) or (op == '>' and less(old, value)) then
     keep[k] = keep[k] or {}
     table.insert(keep[k], field)
     table.insert(keep[k], value)
   end
 end
 for k, pairs_ in pairs(keep) do
-  redis.call('HSET', KEYS[k], unpack(pairs_))
+  for first = 1, #pairs_, 1000 do -- 500 fields a call: well inside Lua's limit on unpacked arguments
+    redis.call('HSET', KEYS[k], unpack(pairs_, first, math.min(#pairs_, first + 999)))
+  end
 end
 if max_pid > meta_max then
   redis.call('HSET', KEYS[3], 'max_pid', string.format('%d', max_pid))

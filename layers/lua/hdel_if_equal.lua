@@ -6,10 +6,23 @@
 if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then
   return 0
 end
+local CHUNK = 500 -- fields per HMGET/HDEL: well inside Lua's limit on unpacked arguments
 local deleted = 0
-for i = 1, #ARGV, 2 do
-  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
-    deleted = deleted + redis.call('HDEL', KEYS[1], ARGV[i])
+for first = 1, #ARGV, 2 * CHUNK do
+  local last = math.min(#ARGV, first + 2 * CHUNK - 1)
+  local names = {}
+  for i = first, last, 2 do
+    names[#names + 1] = ARGV[i]
+  end
+  local values = redis.call('HMGET', KEYS[1], unpack(names))
+  local equal = {}
+  for j, name in ipairs(names) do
+    if values[j] == ARGV[first + 2 * j - 1] then
+      equal[#equal + 1] = name
+    end
+  end
+  if #equal > 0 then
+    deleted = deleted + redis.call('HDEL', KEYS[1], unpack(equal))
   end
 end
 return deleted

@@ -1,28 +1,45 @@
--- Merge one range's rollup into its coarse range and delete it: counts and sums are added,
--- min_id/first_at keep the smaller, max_id/last_at the larger.
+-- Merge one range's rollup into its coarse range and delete it: counts and sums are added
+-- (exactly, whatever the size: _decimal.lua), min_id/first_at keep the smaller, max_id/last_at
+-- the larger. Both hashes are read and checked before the first write.
 -- KEYS[1] range hash   KEYS[2] coarse range hash
--- Returns the fields merged, or {'err', 'corrupt', field} (nothing written).
+-- Returns the fields merged, or {'err', 'corrupt', field} (nothing written), with the coarse
+-- range's key after the field when the field is the coarse range's.
 local fields = redis.call('HGETALL', KEYS[1])
-for i = 2, #fields, 2 do
-  if not string.find(fields[i], '^%-?%d+$') then
-    return {'err', 'corrupt', fields[i - 1]}
+if #fields == 0 then
+  return 0
+end
+local names = {}
+for i = 1, #fields, 2 do
+  if not string.find(fields[i + 1], '^%-?%d+$') then
+    return {'err', 'corrupt', fields[i]}
+  end
+  names[#names + 1] = fields[i]
+end
+local current = {}
+for first = 1, #names, 500 do -- well inside Lua's limit on unpacked arguments
+  local values = redis.call('HMGET', KEYS[2], unpack(names, first, math.min(#names, first + 499)))
+  for j = 1, math.min(#names, first + 499) - first + 1 do
+    local value = values[j]
+    if value and not string.find(value, '^%-?%d+$') then
+      return {'err', 'corrupt', names[first + j - 1], KEYS[2]}
+    end
+    current[first + j - 1] = value
   end
 end
 local keep_min = {min_id = true, first_at = true}
 local keep_max = {max_id = true, last_at = true}
-for i = 1, #fields, 2 do
-  local name, value = fields[i], fields[i + 1]
-  if keep_min[name] or keep_max[name] then
-    local current = redis.call('HGET', KEYS[2], name)
-    if not current or (keep_min[name] and tonumber(value) < tonumber(current))
-        or (keep_max[name] and tonumber(value) > tonumber(current)) then
-      redis.call('HSET', KEYS[2], name, value)
-    end
-  else
-    redis.call('HINCRBY', KEYS[2], name, value)
+local out = {}
+for j, name in ipairs(names) do
+  local value, old = fields[2 * j], current[j]
+  if not (keep_min[name] or keep_max[name]) then
+    out[#out + 1], out[#out + 2] = name, decimal_add(old or '0', value)
+  elseif not old or (keep_min[name] and decimal_cmp(value, old) < 0)
+      or (keep_max[name] and decimal_cmp(value, old) > 0) then
+    out[#out + 1], out[#out + 2] = name, value
   end
 end
-if #fields > 0 then
-  redis.call('DEL', KEYS[1])
+for first = 1, #out, 1000 do
+  redis.call('HSET', KEYS[2], unpack(out, first, math.min(#out, first + 999)))
 end
-return #fields / 2
+redis.call('DEL', KEYS[1])
+return #names
