@@ -8,7 +8,7 @@ import sys
 
 import redis
 
-from archiver.cli import EXIT_NOT_FOUND, CliError
+from archiver.cli_args import EXIT_NOT_FOUND, CliError
 from archiver.config import Config
 from archiver.namespace import Namespace
 from archiver.output import print_json

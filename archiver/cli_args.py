@@ -1,0 +1,125 @@
+"""The ``partarchive`` command line's arguments (every subcommand and its options), its exit
+codes and the error it prints as one line."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from archiver.version import installed_version
+
+EXIT_NOT_FOUND = 1
+EXIT_ERROR = 2
+LOG_LEVELS = ["debug", "info", "warning", "error"]
+
+
+class CliError(Exception):
+    """Raised by argument parsing; printed as one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        raise CliError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _Parser(add_help=False)
+    common.add_argument("--redis-url", help="Redis URL (default: $REDIS_URL)")
+    common.add_argument(
+        "--namespace", help="key namespace (default: elk, or $PARTARCHIVE_NAMESPACE); run takes several: a,b,c"
+    )
+    common.add_argument(
+        "--cluster",
+        action="store_true",
+        default=None,
+        help="Redis Cluster: a cluster client and hash-tagged keys (demo without --redis-url starts a local cluster)",
+    )
+    common.add_argument(
+        "--elk-prefix",
+        help="bind the namespace to the elk_coordinator deployment with this KeyPrefix ($PARTARCHIVE_ELK_PREFIX)",
+    )
+
+    parser = _Parser(prog="partarchive", description="Redis partition archival system")
+    parser.add_argument("--version", action="version", version=f"partarchive {installed_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", parents=[common], help="run the archiver daemon")
+    run.add_argument("--consumer", help="consumer name (default: host-pid-random)")
+    run.add_argument("--processes", type=int, default=1, help="run N archiver processes under a supervisor (default 1)")
+    run.add_argument("--claim-idle-ms", type=int, help="take over entries idle this long (default 60000)")
+    run.add_argument("--read-count", type=int, help="entries per read (default 500)")
+    run.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    run.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on PORT")
+    run.add_argument("--metrics-host", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)")
+    run.add_argument(
+        "--adopt-elk",
+        action="store_true",
+        default=None,
+        help="also import and remove what elk_coordinator's Go workers complete (needs --elk-prefix)",
+    )
+
+    serve = sub.add_parser("serve", parents=[common], help="the query-router HTTP API and /metrics")
+    serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--log-level", default="warning", choices=LOG_LEVELS)
+
+    get = sub.add_parser("get", parents=[common], help="where is partition PID")
+    get.add_argument("pid", help="partition id")
+    get.add_argument("--json", action="store_true")
+
+    status = sub.add_parser("status", parents=[common], help="layer sizes and queue backlog")
+    status.add_argument("--json", action="store_true")
+    status.add_argument(
+        "--watch", nargs="?", type=float, const=2.0, metavar="SECONDS", help="print again every SECONDS (default 2)"
+    )
+
+    stats = sub.add_parser("stats", parents=[common], help="merged statistics; verify or repair them")
+    stats.add_argument("action", nargs="?", choices=["show", "verify"], default="show")
+    stats.add_argument("--repair", action="store_true", help="with verify: rebuild what the stored data proves")
+    stats.add_argument("--range", type=int, dest="range_no", help="show one ID range's statistics")
+    stats.add_argument("--day", help="show one UTC day's time series (YYYY-MM-DD)")
+    stats.add_argument("--json", action="store_true")
+
+    migrate = sub.add_parser("migrate", help="take over an elk_coordinator deployment")
+    migrate_sub = migrate.add_subparsers(dest="migrate_command", required=True, parser_class=_Parser)
+    from_elk = migrate_sub.add_parser("from-elk", parents=[common], help="import an elk_coordinator deployment")
+    from_elk.add_argument("--prefix", help="Go's KeyPrefix option (e.g. 'my-app:'); without it, list deployments")
+    from_elk.add_argument("--dry-run", action="store_true", help="survey only: write nothing")
+    from_elk.add_argument("--delete-source", action="store_true", help="delete imported source records once verified")
+    from_elk.add_argument("--rejects", metavar="FILE", help="also write the reject list to FILE (JSON Lines)")
+    from_elk.add_argument("--json", action="store_true")
+    from_elk.add_argument("--no-progress", action="store_true")
+
+    export = sub.add_parser("export", parents=[common], help="every archived partition, as JSON Lines or into a hash")
+    export.add_argument("--format", choices=["elk", "native"], default="elk", dest="fmt")
+    target = export.add_mutually_exclusive_group(required=True)
+    target.add_argument("--output", metavar="FILE", help="write JSON Lines to FILE ('-' = stdout)")
+    target.add_argument("--into-hash", metavar="KEY", help="HSET every record into this hash (e.g. Go's elk_archived)")
+
+    dead = sub.add_parser("dead-letters", help="entries that could not be archived: list, show, requeue, purge")
+    dead_sub = dead.add_subparsers(dest="dead_command", required=True, parser_class=_Parser)
+    dead_list = dead_sub.add_parser("list", parents=[common], help="the oldest dead letters")
+    dead_list.add_argument("--limit", type=int, default=20)
+    dead_list.add_argument("--json", action="store_true")
+    dead_show = dead_sub.add_parser("show", parents=[common], help="one dead letter, whole")
+    dead_show.add_argument("id")
+    dead_requeue = dead_sub.add_parser("requeue", parents=[common], help="put dead letters back on the queue")
+    dead_requeue.add_argument("ids", nargs="*", metavar="ID")
+    dead_requeue.add_argument("--all", action="store_true")
+    dead_purge = dead_sub.add_parser("purge", parents=[common], help="delete dead letters")
+    dead_purge.add_argument("--all", action="store_true")
+    dead_purge.add_argument("--older-than", type=float, metavar="SECONDS")
+
+    archivers = sub.add_parser("archivers", parents=[common], help="live archivers: host, pid, rate, pending")
+    archivers.add_argument("--all", action="store_true", help="archivers that stopped beating too")
+    archivers.add_argument("--json", action="store_true")
+
+    retention = sub.add_parser("retention", parents=[common], help="show or set the summary tier's retention")
+    retention.add_argument("seconds", nargs="?", type=int, help="new retention in seconds (stored; applies at once)")
+
+    demo = sub.add_parser("demo", parents=[common], help="the whole system on an embedded engine")
+    demo.add_argument("--partitions", type=int, default=20_000)
+    demo.add_argument("--workers", type=int, default=8)
+    demo.add_argument("--json", action="store_true")
+    demo.add_argument("--no-progress", action="store_true")
+    return parser
