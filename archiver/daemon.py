@@ -46,6 +46,8 @@ log = structlog.get_logger("partarchive.archiver")
 
 BACKOFF_BASE_S = 0.5
 BACKOFF_MAX_S = 30.0
+#: Longest wait between looks for entries left idle by another archiver (XAUTOCLAIM) while none are found.
+TAKE_OVER_EVERY_S = 1.0
 
 
 def default_consumer_name() -> str:
@@ -73,6 +75,7 @@ class ArchiverDaemon:
         self.dead_lettered = 0
         self._stop = stop or threading.Event()
         self._next_maintenance = 0.0
+        self._next_take_over = 0.0  # XAUTOCLAIM: every round while it finds entries, else at most every second
         self._next_adopt = 0.0
         self._adopter: Any = None
         if config.adopt_elk and config.elk_prefix is not None:
@@ -277,10 +280,15 @@ class ArchiverDaemon:
     def _round(self, block_ms: int) -> int:
         cfg = self.config
         self.beat()
-        entries = self.queue.take_over(self.consumer, cfg.claim_idle_ms, cfg.read_count)
-        if entries:
-            log.info("took over idle entries", count=len(entries))
+        entries: list[QueueEntry] = []
         started = time.monotonic()
+        if started >= self._next_take_over:
+            entries = self.queue.take_over(self.consumer, cfg.claim_idle_ms, cfg.read_count)
+            if entries:
+                log.info("took over idle entries", count=len(entries))
+            elif self.queue.claim_scan_done:  # none idle long enough: an entry needs claim_idle_ms to become so
+                self._next_take_over = started + min(TAKE_OVER_EVERY_S, cfg.claim_idle_ms / 10_000)
+            started = time.monotonic()
         if not entries:
             entries = self.queue.read_new(self.consumer, cfg.read_count, block_ms)
             started = time.monotonic()  # the wait for new entries is idle time, not work

@@ -116,6 +116,11 @@ class ArchiveQueue:
             self.redis.xack(self.keys.queue, self.group, *deleted)
         return self._with_deliveries(claimed, consumer)
 
+    @property
+    def claim_scan_done(self) -> bool:
+        """Whether the last `take_over` reached the end of the pending entries."""
+        return self._claim_cursor == "0-0"
+
     def _with_deliveries(self, entries: list[QueueEntry], consumer: str) -> list[QueueEntry]:
         if not entries:
             return entries

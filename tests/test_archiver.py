@@ -194,3 +194,31 @@ def test_poison_entries_are_dead_lettered_after_bounded_deliveries_and_requeued(
     daemon.queue.dead_letter(QueueEntry("0-1", b"{}"), "a hand-made dead letter")
     assert run_cli(engine_url, namespace, "dead-letters", "purge", "--older-than", "0").stdout.startswith("purged 1")
     assert run_cli(engine_url, namespace, "dead-letters", "purge").returncode == 2
+
+
+def test_idle_entries_are_looked_for_at_most_every_second_while_none_are_found(
+    real_redis: redis.Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """XAUTOCLAIM costs a round trip: it runs every round only while it finds entries (or has not
+    scanned them all), else at most every second (a tenth of ``claim_idle_ms`` when that is less),
+    so entries another archiver left are still taken over soon after they become idle."""
+    keys = KeySchema(namespace)
+    complete_partitions(real_redis, namespace, 30)
+    daemon = _daemon(real_redis, namespace, read_count=5, claim_idle_ms=300)
+    looks: list[int] = []
+    take_over = daemon.queue.take_over
+
+    def counted(*args: object) -> object:
+        found = take_over(*args)  # type: ignore[arg-type]
+        looks.append(len(found))
+        return found
+
+    monkeypatch.setattr(daemon.queue, "take_over", counted)
+    assert drain(daemon) == 30 and looks == [0]  # six rounds, one look
+    complete_partitions(real_redis, namespace, 4)
+    left = ArchiveQueue(real_redis, keys).read_new("gone", 10, 10)  # an archiver that died with them
+    assert len(left) == 4
+    wait_for(lambda: daemon.run_once() > 0, timeout=5, what="the idle entries taken over")
+    daemon.flush()
+    assert looks[-1] == 4 and real_redis.xlen(keys.queue) == 0
+    assert len(looks) <= 1 + 5 / 0.03 and daemon.archive.archived_total() == 34
