@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 
@@ -21,8 +21,9 @@ from layers.scripts import Scripts
 DEAD_LETTERS_KEPT = 10_000
 
 
-@dataclass(frozen=True, slots=True)
-class QueueEntry:
+class QueueEntry(NamedTuple):
+    """One queue entry as read (a tuple: built for every archived partition)."""
+
     entry_id: str
     payload: bytes
     deliveries: int = 1
@@ -39,6 +40,7 @@ class QueueState:
 
 
 def _entries(raw: list[Any]) -> list[QueueEntry]:
+    """Entries from redis-py's parsed form: (id, {field: value}); a deleted one has no fields."""
     out = []
     for entry_id, fields in raw:
         if fields is None:
@@ -48,6 +50,35 @@ def _entries(raw: list[Any]) -> list[QueueEntry]:
             payload = payload.encode("utf-8")
         out.append(QueueEntry(as_text(entry_id), payload))
     return out
+
+
+def _page(reply: Any) -> list[QueueEntry]:
+    """Entries from an XREADGROUP reply as Redis sent it (`_raw_reads`): streams, each a list of
+    [id, [field, value, ...]] (a map of streams in RESP3); a deleted entry has no fields."""
+    out = []
+    for _, entries in reply.items() if isinstance(reply, dict) else reply or ():
+        for entry_id, fields in entries:
+            if not fields:
+                continue
+            if len(fields) == 2 and fields[0] == b"p":
+                payload = fields[1]
+            else:
+                named = dict(zip(fields[::2], fields[1::2], strict=False))
+                payload = named.get(b"p", named.get("p", b""))
+            if isinstance(payload, str):
+                payload = payload.encode("utf-8")
+            out.append(QueueEntry(entry_id.decode() if isinstance(entry_id, bytes) else entry_id, payload))
+    return out
+
+
+def _raw_reads(client: redis.Redis) -> redis.Redis | None:
+    """A client on the same connections whose XREADGROUP replies are left as Redis sent them, so
+    a page becomes entries in `_page` without redis-py's dict per entry; None on Redis Cluster."""
+    if isinstance(client, redis.RedisCluster):
+        return None
+    raw = redis.Redis(connection_pool=client.connection_pool)
+    raw.set_response_callback("XREADGROUP", lambda response, **_options: response)
+    return raw
 
 
 def _dead_letter_view(entry_id: Any, fields: dict[Any, Any]) -> dict[str, Any]:
@@ -79,6 +110,7 @@ class ArchiveQueue:
         self.group = ARCHIVER_GROUP
         self._scripts = Scripts.of(redis_client)
         self._claim_cursor = "0-0"
+        self._raw = _raw_reads(redis_client)
 
     def ensure_group(self) -> None:
         try:
@@ -93,6 +125,8 @@ class ArchiveQueue:
         """Entries never delivered, waiting up to ``block_ms`` for one (0: not at all; Redis's
         own BLOCK 0 would wait forever)."""
         block = block_ms if block_ms > 0 else None
+        if self._raw is not None:
+            return _page(self._raw.xreadgroup(self.group, consumer, {self.keys.queue: ">"}, count=count, block=block))
         reply: Any = self.redis.xreadgroup(self.group, consumer, {self.keys.queue: ">"}, count=count, block=block)
         return _entries(reply[0][1]) if reply else []
 

@@ -13,6 +13,7 @@ from archiver import ArchiverDaemon, Config
 from archiver.daemon import drain
 from codec import ArchivedPartition
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema
+from layers.replies import as_text
 from tests.helpers import archive_now, complete_partitions, start_archiver, wait_for
 
 
@@ -222,3 +223,25 @@ def test_idle_entries_are_looked_for_at_most_every_second_while_none_are_found(
     daemon.flush()
     assert looks[-1] == 4 and real_redis.xlen(keys.queue) == 0
     assert len(looks) <= 1 + 5 / 0.03 and daemon.archive.archived_total() == 34
+
+
+@pytest.mark.parametrize("options", [{}, {"protocol": 3}, {"decode_responses": True}])
+def test_a_page_is_read_the_same_whatever_the_client_decodes(
+    engine_url: str, namespace: str, options: dict[str, object]
+) -> None:
+    """`read_new` takes XREADGROUP's reply as Redis sent it (RESP2 array or RESP3 map, bytes or
+    text): the entries are the same, payloads as bytes, other fields ignored."""
+    client = redis.Redis.from_url(engine_url, **options)  # type: ignore[arg-type]
+    keys = KeySchema(namespace)
+    try:
+        queue = ArchiveQueue(client, keys)
+        queue.ensure_group()
+        ids = [as_text(client.xadd(keys.queue, fields)) for fields in ({"p": b'{"n":1}'}, {"x": "1", "p": "é"})]
+        page = queue.read_new("c", 10, 0)
+        assert [(e.entry_id, e.payload, e.deliveries) for e in page] == [
+            (ids[0], b'{"n":1}', 1), (ids[1], "é".encode(), 1)
+        ]
+        assert queue.read_new("c", 10, 0) == []
+    finally:
+        client.delete(keys.queue)
+        client.close()
