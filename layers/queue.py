@@ -41,15 +41,13 @@ class QueueState:
 
 def _entries(raw: list[Any]) -> list[QueueEntry]:
     """Entries from redis-py's parsed form: (id, {field: value}); a deleted one has no fields."""
-    out = []
-    for entry_id, fields in raw:
-        if fields is None:
-            continue
-        payload = fields.get(b"p", fields.get("p", b""))
-        if isinstance(payload, str):
-            payload = payload.encode("utf-8")
-        out.append(QueueEntry(as_text(entry_id), payload))
-    return out
+    return [_entry(entry_id, fields) for entry_id, fields in raw if fields is not None]
+
+
+def _entry(entry_id: Any, fields: dict[Any, Any]) -> QueueEntry:
+    """An entry from its id and fields (bytes or text, as the client decodes); the payload as bytes."""
+    payload = fields.get(b"p", fields.get("p", b""))
+    return QueueEntry(as_text(entry_id), payload.encode("utf-8") if isinstance(payload, str) else payload)
 
 
 def _page(reply: Any) -> list[QueueEntry]:
@@ -60,14 +58,10 @@ def _page(reply: Any) -> list[QueueEntry]:
         for entry_id, fields in entries:
             if not fields:
                 continue
-            if len(fields) == 2 and fields[0] == b"p":
-                payload = fields[1]
+            if len(fields) == 2 and fields[0] == b"p":  # the usual entry: no dict for it
+                out.append(QueueEntry(entry_id.decode(), fields[1]))
             else:
-                named = dict(zip(fields[::2], fields[1::2], strict=False))
-                payload = named.get(b"p", named.get("p", b""))
-            if isinstance(payload, str):
-                payload = payload.encode("utf-8")
-            out.append(QueueEntry(entry_id.decode() if isinstance(entry_id, bytes) else entry_id, payload))
+                out.append(_entry(entry_id, dict(zip(fields[::2], fields[1::2], strict=True))))
     return out
 
 
