@@ -6,12 +6,12 @@ import os
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from archiver.commit import DEFAULT_FLUSH_COUNT, DEFAULT_FLUSH_INTERVAL_S
 from codec.errors import ValidationError
 from layers import KeySchema, TierPolicy
 from layers.active import RECORD_FORMATS
 from layers.keys import check_namespace
 from stats import DEFAULT_RANGE_WIDTH
+from stats.commit import DEFAULT_FLUSH_COUNT, DEFAULT_FLUSH_INTERVAL_S
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 _TIERS = TierPolicy()  # the tier settings' defaults live in TierPolicy

@@ -13,12 +13,12 @@ from functools import cached_property
 
 import redis
 
-from archiver.commit import CommitBuffer
 from archiver.config import Config
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy
 from layers.liveness import Liveness
 from layers.maintenance import MaintenanceLock
 from stats import StatsCompactor, StatsReader
+from stats.commit import CommitBuffer
 
 
 class Namespace:

@@ -1,8 +1,8 @@
-"""``partarchive status``: layer sizes and queue backlog, as data and as a table."""
+"""A namespace's state as one report (layer sizes, tier, queue backlog, Redis memory): for
+``partarchive status`` and the dashboard."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import redis
@@ -48,62 +48,3 @@ def collect_status(
             "maxmemory": int(memory.get("maxmemory", 0)),  # type: ignore[union-attr]
         },
     }
-
-
-def _backlog(t: dict[str, Any]) -> str:
-    if not t["simple_left"]:
-        return f"none ({t['moved']:,} moved)" if t["moved"] else "none"
-    eta = "unknown" if t["move_eta_s"] is None else f"{t['move_eta_s']:,.0f} s"
-    return f"{t['simple_left']:,} records in the simple hash, {t['move_rate']:,.0f}/s, ETA {eta}"
-
-
-def _retention(t: dict[str, Any]) -> str:
-    text = f"{t['retention_s']:,} s; {t['expired']:,} expired ({t['expired_share']:.2%})"
-    if t["expiry_lag_s"]:
-        text += f", sweep behind by {t['expiry_lag_s']:,.0f} s"
-    return text
-
-
-def format_status(report: dict[str, Any]) -> str:
-    a, ar, q = report["active"], report["archive"], report["queue"]
-    by_status = ", ".join(f"{k} {v}" for k, v in a["by_status"].items())
-    rows = [
-        ("namespace", report["namespace"]),
-        ("active partitions", f"{a['size']} ({by_status})"),
-        ("archive tier", ar["tier"]),
-        ("archived total", ar["archived_total"]),
-        ("in the simple hash", ar["simple_tier"]),
-        ("open batches", ar["open_batches"]),
-        ("compression ratio", f"{ar['compression_ratio']}x" if ar["compression_ratio"] else "-"),
-        ("tier move backlog", _backlog(report["transition"])),
-        ("retention (summary)", _retention(report["transition"])),
-        ("queue backlog", f"{q['backlog']} ({q['pending']} pending, oldest {q['oldest_pending_age_s']} s)"),
-        ("queue lag", "-" if q["lag"] is None else q["lag"]),
-        ("archivers alive", report["archivers_alive"]),
-        ("dead letters", q["dead_letters"]),
-        ("redis used_memory", f"{report['redis']['used_memory_human']} ({report['redis']['used_memory']:,} B)"),
-    ]
-    width = max(len(label) for label, _ in rows)
-    return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
-
-
-def format_archivers(found: list[ArchiverHealth], namespace: str) -> str:
-    if not found:
-        return f"no live archiver in namespace {namespace}"
-    lines = [f"{'consumer':<40} {'host':<20} {'pid':>7} {'up':>9} {'beat':>6} {'rate/s':>9} {'pending':>8}  state"]
-    for h in found:
-        up = max(0.0, h.last_beat - h.started)
-        lines.append(
-            f"{h.consumer[:40]:<40} {h.host[:20]:<20} {h.pid:>7} {_human_s(up):>9} "
-            f"{time.strftime('%H:%M:%S', time.gmtime(h.last_beat)):>6} {h.rate:>9,.1f} {h.pending:>8,}  "
-            + ("alive" if h.alive else "dead")
-        )
-    return "\n".join(lines)
-
-
-def _human_s(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"

@@ -20,7 +20,7 @@ import time
 import redis
 
 from archiver.config import Config
-from archiver.daemon import ArchiverDaemon, drain
+from archiver.daemon.loop import ArchiverDaemon, drain
 from bench.engine import bench_engine, drop
 from bench.populate import _chunks
 from bench.report import median, table

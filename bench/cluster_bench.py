@@ -24,7 +24,7 @@ import time
 import redis
 
 from archiver.engine import connect
-from archiver.local_cluster import LocalCluster
+from archiver.engine.local_cluster import LocalCluster
 from bench.populate import _chunks
 from bench.report import table
 from bench.workload import standard_workload

@@ -18,7 +18,7 @@ import time
 import redis
 
 from archiver.config import Config
-from archiver.daemon import ArchiverDaemon, drain
+from archiver.daemon.loop import ArchiverDaemon, drain
 from archiver.router import QueryRouter
 from bench.archiver_bench import fill_queue
 from bench.engine import bench_engine_url, drop, settle, used_memory

@@ -12,7 +12,7 @@ import time
 import redis
 
 from archiver.config import Config
-from archiver.daemon import ArchiverDaemon, drain
+from archiver.daemon.loop import ArchiverDaemon, drain
 from bench.engine import bench_engine, drop, used_memory
 from bench.populate import write_compressed, write_original, write_simple, write_stats, write_text_batches
 from bench.report import table

@@ -19,7 +19,7 @@ import orjson
 import redis
 
 from archiver.config import Config
-from archiver.migrate import ElkMigration
+from archiver.elk.migrate import ElkMigration
 from bench.engine import bench_engine, drop, settle, used_memory
 from bench.populate import _chunks
 from bench.report import table

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from archiver.config import Config
-from archiver.daemon import ArchiverDaemon, drain
+from archiver.daemon.loop import ArchiverDaemon, drain
 from bench.engine import bench_engine, drop
 from bench.populate import write_compressed, write_stats
 from bench.report import median, p99, sample_us, table

@@ -21,7 +21,7 @@ import orjson
 import redis
 
 from archiver.config import Config
-from archiver.daemon import ArchiverDaemon
+from archiver.daemon.loop import ArchiverDaemon
 from bench.engine import bench_engine, drop
 from bench.populate import write_compressed, write_simple
 from bench.report import table

@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from archiver.engine import connect
-from archiver.local_cluster import LocalCluster
+from archiver.engine.local_cluster import LocalCluster
 from layers import KeySchema
 
 

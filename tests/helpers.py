@@ -28,7 +28,7 @@ def complete_partitions(client: redis.Redis, namespace: str, count: int, worker:
 def archive_now(layer: ArchiveLayer, entries: list[tuple[str, ArchivedPartition]]) -> CommitResult:
     """Write the entries' detail and commit them (index bits, acknowledgement) without statistics:
     for tests of the storage alone, where an expired partition has no rollup to fall back on."""
-    from archiver.commit import split_counted
+    from stats.commit import split_counted
 
     layer.write_detail([part for _, part in entries])
     already: set[int] = set()

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from archiver import ArchiverDaemon, Config
-from archiver.daemon import drain
+from archiver.daemon.loop import drain
 from layers import ActiveLayer, KeySchema
 from tests.helpers import complete_partitions, free_port, start_server, stop_process
 

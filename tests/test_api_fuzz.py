@@ -16,7 +16,7 @@ from pathlib import Path
 import redis
 
 from archiver import ArchiverDaemon, Config
-from archiver.daemon import drain
+from archiver.daemon.loop import drain
 from layers import ActiveLayer
 from tests.helpers import complete_partitions, free_port, start_server
 

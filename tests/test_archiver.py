@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from archiver import ArchiverDaemon, Config
-from archiver.daemon import drain
+from archiver.daemon.loop import drain
 from codec import ArchivedPartition
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema
 from layers.replies import as_text
@@ -142,7 +142,7 @@ def test_a_failing_round_is_logged_and_retried_not_fatal(real_redis: redis.Redis
 
 
 def test_a_lost_consumer_group_is_created_again(real_redis: redis.Redis, namespace: str) -> None:
-    from archiver.daemon import backoff_s
+    from archiver.daemon.loop import backoff_s
 
     config = Config(namespace=namespace, block_ms=20, stats_flush_interval_s=0.1, maintenance_interval_s=0)
     daemon = ArchiverDaemon(real_redis, config, consumer="heal")

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from archiver import Config, QueryRouter
 from archiver.cli import main
-from archiver.daemon import ArchiverDaemon, drain
+from archiver.daemon.loop import ArchiverDaemon, drain
 from archiver.web import create_app
 from codec import PartArchiveError
 from layers import ActiveLayer, KeySchema

@@ -15,7 +15,7 @@ import httpx
 import redis
 
 from archiver.engine import connect
-from archiver.local_cluster import LocalCluster
+from archiver.engine.local_cluster import LocalCluster
 from codec.errors import PartArchiveError
 from layers import ActiveLayer, ArchiveLayer, KeySchema
 from stats import StatsChecker, StatsReader

@@ -6,13 +6,13 @@ from __future__ import annotations
 import redis
 
 from archiver import ArchiverDaemon, Config
-from archiver.commit import CommitBuffer
-from archiver.daemon import drain
+from archiver.daemon.loop import drain
 from archiver.router import QueryRouter, Source
 from codec import ArchivedPartition
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy
 from layers.queue import QueueEntry
 from stats import StatsChecker, StatsReader
+from stats.commit import CommitBuffer
 
 NOW = 1_763_900_000
 

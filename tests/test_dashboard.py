@@ -12,7 +12,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from archiver import ArchiverDaemon, Config
-from archiver.daemon import drain
+from archiver.daemon.loop import drain
 from archiver.web import create_app
 from layers import ActiveLayer, KeySchema
 from tests.browser import CHROMIUM_ARGS, chromium_path, screenshot_path

@@ -13,8 +13,8 @@ import pytest
 import redis
 
 from archiver.config import Config
-from archiver.export import Exporter
-from archiver.migrate import ElkMigration
+from archiver.elk.export import Exporter
+from archiver.elk.migrate import ElkMigration
 from archiver.router import QueryRouter, Source
 from codec.elk import ElkRecord, decode_elk
 from codec.elk_batch import decode_elk_batch, encode_elk_batch

@@ -10,8 +10,8 @@ import pytest
 import redis
 
 from archiver.config import Config
-from archiver.daemon import ArchiverDaemon, drain
-from archiver.migrate import ElkMigration
+from archiver.daemon.loop import ArchiverDaemon, drain
+from archiver.elk.migrate import ElkMigration
 from archiver.router import QueryRouter, Source
 from codec import Status
 from codec.elk import ElkRecord, decode_elk

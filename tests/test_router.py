@@ -6,7 +6,7 @@ import pytest
 import redis
 
 from archiver import ArchiverDaemon, Config, QueryRouter, Source
-from archiver.daemon import drain
+from archiver.daemon.loop import drain
 from codec import ValidationError
 from layers import ActiveLayer, KeySchema
 

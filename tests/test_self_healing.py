@@ -11,7 +11,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from archiver import ArchiverDaemon, Config, QueryRouter, Source
-from archiver.daemon import drain
+from archiver.daemon.loop import drain
 from archiver.web import create_app
 from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy, WrongKeyType

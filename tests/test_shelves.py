@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from archiver import QueryRouter, Source
-from archiver.export import Exporter
+from archiver.elk.export import Exporter
 from codec import ArchivedPartition, DecodeError, encode_blob
 from codec.shelf import SHELF_SLOTS, pack_shelf, shelf_slot, shelved, unpack_shelf
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy, WrongKeyType, migrate_step

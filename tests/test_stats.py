@@ -8,13 +8,13 @@ import pytest
 import redis
 
 from archiver import ArchiverDaemon, Config
-from archiver.commit import CommitBuffer
-from archiver.daemon import drain
+from archiver.daemon.loop import drain
 from codec import ArchivedPartition
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy
 from layers.maintenance import MaintenanceLock
 from layers.shelves import SlotWrite
 from stats import StatsChecker, StatsReader
+from stats.commit import CommitBuffer
 from tests.conftest import Clock
 from tests.helpers import complete_partitions, kill_archiver_when, start_archiver, wait_for
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from archiver import ArchiverDaemon, Config
-from archiver.daemon import drain
+from archiver.daemon.loop import drain
 from archiver.output import json_bytes
 from codec import ArchivedPartition, DecodeError
 from layers import KeySchema

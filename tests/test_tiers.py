@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from archiver import ArchiverDaemon, Config, QueryRouter, Source
-from archiver.daemon import drain
+from archiver.daemon.loop import drain
 from codec import ArchivedPartition, ValidationError
 from codec.shelf import SHELF_SLOTS, pack_shelf, shelved, unpack_shelf
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, Tier, TierPolicy, migrate_step

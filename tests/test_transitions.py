@@ -9,7 +9,7 @@ import time
 import redis
 
 from archiver import ArchiverDaemon, Config, QueryRouter, Source
-from archiver.daemon import drain
+from archiver.daemon.loop import drain
 from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, Tier, TierPolicy, migrate_step
 from layers.maintenance import MaintenanceLock
@@ -208,8 +208,8 @@ def test_retention_changed_at_run_time(real_redis: redis.Redis, namespace: str) 
 
 
 def test_statistics_keep_their_own_retention(real_redis: redis.Redis, namespace: str) -> None:
-    from archiver.commit import CommitBuffer
     from stats import StatsCompactor
+    from stats.commit import CommitBuffer
 
     keys = KeySchema(namespace)
     layer = ArchiveLayer(real_redis, keys, TierPolicy())
@@ -258,8 +258,8 @@ def test_statistics_keep_their_own_retention(real_redis: redis.Redis, namespace:
 def test_compaction_before_the_first_commit_leaves_the_ranges_alone(real_redis: redis.Redis, namespace: str) -> None:
     """A maintenance round in a namespace with nothing counted yet (an idle daemon) must not move the
     merge cursor past ranges that simply have no statistics yet."""
-    from archiver.commit import CommitBuffer
     from stats import StatsCompactor
+    from stats.commit import CommitBuffer
 
     keys = KeySchema(namespace)
     compactor = StatsCompactor(real_redis, keys, range_width=100, range_keep_days=30)
@@ -278,8 +278,8 @@ def test_compaction_before_the_first_commit_leaves_the_ranges_alone(real_redis: 
 
 
 def test_day_rolls_stop_at_the_newest_completions_day(real_redis: redis.Redis, namespace: str) -> None:
-    from archiver.commit import CommitBuffer
     from stats import StatsCompactor
+    from stats.commit import CommitBuffer
 
     keys = KeySchema(namespace)
     layer = ArchiveLayer(real_redis, keys, TierPolicy())

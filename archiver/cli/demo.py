@@ -1,7 +1,9 @@
-"""The whole system on one engine: leader, simulated workers, archiver, router, report."""
+"""``partarchive demo``: the whole system on one engine (leader, simulated workers, archiver,
+router) and its report."""
 
 from __future__ import annotations
 
+import argparse
 import random
 import threading
 import time
@@ -10,10 +12,13 @@ from typing import Any
 
 import redis
 
+from archiver.cli.args import EXIT_ERROR, CliError
+from archiver.cli.progress import progress_bar
 from archiver.config import Config
-from archiver.daemon import ArchiverDaemon, run_until
+from archiver.daemon.loop import ArchiverDaemon, run_until
+from archiver.engine import open_engine, redact_url
 from archiver.namespace import Namespace
-from archiver.progress import progress_bar
+from archiver.output import print_json
 from archiver.router import QueryRouter, Source
 from layers import ActiveLayer
 from stats import StatsReader
@@ -140,3 +145,47 @@ def run_demo(
         elapsed_s=round(time.monotonic() - started, 2),
         engine=engine,
     )
+
+
+def command(args: argparse.Namespace, config: Config) -> int:
+    from archiver.logs import configure_logging
+
+    configure_logging("warning")  # the report is the output; warnings go to stderr
+
+    if not 0 <= args.partitions <= 1_000_000:
+        raise CliError("--partitions must be in 0..1000000")
+    if not 1 <= args.workers <= 256:
+        raise CliError("--workers must be in 1..256")
+    with open_engine(config.redis_url, cluster=config.cluster) as engine:
+        where = redact_url(engine.url)
+        if engine.embedded:
+            where = "a local cluster of 3 valkey-servers" if config.cluster else "embedded valkey-server"
+        if not args.json:
+            print(f"engine: {where}; {args.partitions} partitions, {args.workers} workers")
+        report = run_demo(
+            engine.client,
+            config,
+            partitions=args.partitions,
+            workers=args.workers,
+            engine=where,
+            progress=not (args.no_progress or args.json),
+        )
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        rows = [
+            ("partitions created", report.partitions),
+            ("completed", report.completed),
+            ("failures retried", report.failures_retried),
+            ("active hash size", report.active_size),
+            ("archived (index)", report.archived),
+            ("found by the router", f"{report.found} ({report.found_in_archive} from the archive)"),
+            ("archive queue length", report.queue_length),
+            ("statistics: completed", report.stats_completed),
+            ("elapsed", f"{report.elapsed_s} s"),
+        ]
+        print("\npartarchive demo report")
+        for label, value in rows:
+            print(f"  {label:22} {value}")
+        print("  result                 " + ("OK" if report.ok else "MISMATCH"))
+    return 0 if report.ok else EXIT_ERROR

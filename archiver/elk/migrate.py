@@ -34,12 +34,12 @@ from typing import Any, NamedTuple, TypeVar
 import orjson
 import redis
 
-from archiver.commit import CommitBuffer
 from archiver.config import Config
 from archiver.namespace import Namespace
 from codec import ArchivedPartition
 from layers import Tier
 from layers.elk import ElkSource, FamilySurvey, Item, Rejected
+from stats.commit import CommitBuffer
 
 SOURCES = ("active", "archived", "batch")
 CHUNK = 2000

@@ -123,3 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true")
     demo.add_argument("--no-progress", action="store_true")
     return parser
+
+
+def check_port(port: int) -> None:
+    if not 1 <= port <= 65535:
+        raise CliError(f"port must be in 1..65535, got {port}")

@@ -24,7 +24,7 @@ from types import FrameType
 
 import structlog
 
-from archiver.shutdown import HANDLED_SIGNALS
+from archiver.daemon.shutdown import HANDLED_SIGNALS
 
 log = structlog.get_logger("partarchive.supervisor")
 

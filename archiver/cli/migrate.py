@@ -1,4 +1,4 @@
-"""The faces of ``partarchive migrate from-elk`` and ``partarchive export``."""
+"""``partarchive migrate from-elk``: survey or import an elk_coordinator deployment."""
 
 from __future__ import annotations
 
@@ -6,20 +6,14 @@ import argparse
 import datetime as dt
 import os
 import sys
-from contextlib import nullcontext
-from typing import Any
 
-import redis
-
+from archiver.cli.args import EXIT_NOT_FOUND
+from archiver.cli.progress import progress_bar
 from archiver.config import Config
-from archiver.export import Exporter
-from archiver.migrate import CHUNK, ElkMigration, MigrationReport, rejected_lines
-from archiver.namespace import Namespace
+from archiver.elk.migrate import CHUNK, ElkMigration, MigrationReport, rejected_lines
+from archiver.engine import client_for
 from archiver.output import print_json
-from archiver.progress import progress_bar
 from layers.elk import ElkSource, find_deployments
-
-EXIT_NOT_FOUND = 1
 
 
 def _when(ts: int | None) -> str:
@@ -64,7 +58,8 @@ def _result_lines(report: MigrationReport) -> list[str]:
     return lines
 
 
-def migrate_from_elk(client: redis.Redis, config: Config, args: argparse.Namespace) -> int:
+def command(args: argparse.Namespace, config: Config) -> int:
+    client = client_for(config)
     if args.prefix is None:
         prefixes = find_deployments(client)
         if args.json:
@@ -96,20 +91,3 @@ def migrate_from_elk(client: redis.Redis, config: Config, args: argparse.Namespa
         else:
             print("\n".join(_result_lines(report)))
     return 0 if report.ok else 2
-
-
-def export(client: redis.Redis, config: Config, *, fmt: str, output: str | None, into_hash: str | None) -> int:
-    exporter = Exporter(Namespace(client, config).archive, fmt)
-    if into_hash is not None:
-        count = exporter.into_hash(client, into_hash)
-        where = f"hash {into_hash}"
-    else:
-        assert output is not None
-        sink: Any = nullcontext(sys.stdout.buffer) if output == "-" else open(output, "wb")  # noqa: SIM115
-        with sink as fh:
-            count = exporter.to_file(fh)
-        where = output
-    for problem in exporter.skipped:
-        print(f"partarchive: skipped {problem}", file=sys.stderr)
-    print(f"exported {count} partitions ({fmt} format) to {where}", file=sys.stderr)
-    return 0

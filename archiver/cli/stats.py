@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import os
 import socket
 
 import redis
 
+from archiver.cli.args import CliError
+from archiver.cli.progress import progress_bar
 from archiver.config import Config
+from archiver.engine import client_for
 from archiver.output import print_json
-from archiver.progress import progress_bar
 from codec import PartArchiveError, ValidationError
 from layers.maintenance import MaintenanceLock
 from stats import StatsChecker, StatsReader
+
+
+def command(args: argparse.Namespace, config: Config) -> int:
+    client = client_for(config)
+    if args.action == "verify":
+        return verify_stats(client, config, repair=args.repair, as_json=args.json)
+    if args.repair:
+        raise CliError("--repair goes with 'stats verify'")
+    return show_stats(client, config, range_no=args.range_no, day=args.day, as_json=args.json)
 
 
 def show_stats(client: redis.Redis, config: Config, *, range_no: int | None, day: str | None, as_json: bool) -> int:

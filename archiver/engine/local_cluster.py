@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 
-from archiver.engine import EngineError
+from archiver.engine.connect import EngineError
 
 SLOTS = 16384
 NODE_TIMEOUT_MS = 1000

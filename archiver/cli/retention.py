@@ -1,0 +1,18 @@
+"""``partarchive retention [SECONDS]``: show or change the summary tier's stored retention."""
+
+from __future__ import annotations
+
+import argparse
+
+from archiver.config import Config
+from archiver.engine import client_for
+from archiver.namespace import Namespace
+
+
+def command(args: argparse.Namespace, config: Config) -> int:
+    archive = Namespace(client_for(config), config).archive
+    if args.seconds is None:
+        print(f"retention {archive.retention_s()} s (summary tier: detail kept this long after completion)")
+    else:
+        print(f"retention set to {archive.set_retention(args.seconds)} s; reads and the sweep use it now")
+    return 0

@@ -1,0 +1,82 @@
+"""``partarchive status [--json] [--watch [S]]``: the namespace's state as a table or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from archiver.cli.args import EXIT_NOT_FOUND, CliError
+from archiver.config import Config
+from archiver.engine import client_for
+from archiver.namespace import Namespace
+from archiver.output import print_json
+from archiver.status import collect_status
+
+
+def command(args: argparse.Namespace, config: Config) -> int:
+    client = client_for(config)
+    if not Namespace(client, config).exists():
+        print(f"partarchive: no such namespace {config.namespace!r} on this server", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    if args.watch is None:
+        _print_status(collect_status(client, config), args.json, clear=False)
+        return 0
+    if not 0.1 <= args.watch <= 3600:
+        raise CliError("--watch takes 0.1 .. 3600 seconds")
+    try:  # Ctrl-C is how a watch ends, whether it lands in the sleep or in a read
+        while True:
+            _print_status(collect_status(client, config), args.json, clear=sys.stdout.isatty())
+            sys.stdout.flush()
+            time.sleep(args.watch)
+            if not args.json:
+                print()
+    except KeyboardInterrupt:
+        return 0
+
+
+def _print_status(report: dict[str, Any], as_json: bool, *, clear: bool) -> None:
+    if as_json:
+        print_json(report)
+        return
+    if clear:
+        print("\033[H\033[2J", end="")
+    print(format_status(report))
+
+
+def _backlog(t: dict[str, Any]) -> str:
+    if not t["simple_left"]:
+        return f"none ({t['moved']:,} moved)" if t["moved"] else "none"
+    eta = "unknown" if t["move_eta_s"] is None else f"{t['move_eta_s']:,.0f} s"
+    return f"{t['simple_left']:,} records in the simple hash, {t['move_rate']:,.0f}/s, ETA {eta}"
+
+
+def _retention(t: dict[str, Any]) -> str:
+    text = f"{t['retention_s']:,} s; {t['expired']:,} expired ({t['expired_share']:.2%})"
+    if t["expiry_lag_s"]:
+        text += f", sweep behind by {t['expiry_lag_s']:,.0f} s"
+    return text
+
+
+def format_status(report: dict[str, Any]) -> str:
+    a, ar, q = report["active"], report["archive"], report["queue"]
+    by_status = ", ".join(f"{k} {v}" for k, v in a["by_status"].items())
+    rows = [
+        ("namespace", report["namespace"]),
+        ("active partitions", f"{a['size']} ({by_status})"),
+        ("archive tier", ar["tier"]),
+        ("archived total", ar["archived_total"]),
+        ("in the simple hash", ar["simple_tier"]),
+        ("open batches", ar["open_batches"]),
+        ("compression ratio", f"{ar['compression_ratio']}x" if ar["compression_ratio"] else "-"),
+        ("tier move backlog", _backlog(report["transition"])),
+        ("retention (summary)", _retention(report["transition"])),
+        ("queue backlog", f"{q['backlog']} ({q['pending']} pending, oldest {q['oldest_pending_age_s']} s)"),
+        ("queue lag", "-" if q["lag"] is None else q["lag"]),
+        ("archivers alive", report["archivers_alive"]),
+        ("dead letters", q["dead_letters"]),
+        ("redis used_memory", f"{report['redis']['used_memory_human']} ({report['redis']['used_memory']:,} B)"),
+    ]
+    width = max(len(label) for label, _ in rows)
+    return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)

@@ -1,0 +1,1 @@
+"""The archiver daemon: its loop, the pacing of maintenance, several namespaces or processes, shutdown."""
