@@ -10,11 +10,13 @@ from codec.errors import ValidationError
 from layers import KeySchema, TierPolicy
 from layers.active import RECORD_FORMATS
 from layers.keys import check_namespace
+from layers.pressure import PressureSettings
 from stats import DEFAULT_RANGE_WIDTH
 from stats.commit import DEFAULT_FLUSH_COUNT, DEFAULT_FLUSH_INTERVAL_S
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 _TIERS = TierPolicy()  # the tier settings' defaults live in TierPolicy
+_PRESSURE = PressureSettings()  # and the critical backlog's in PressureSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,13 @@ class Config:
     stats_range_width: int = DEFAULT_RANGE_WIDTH
     stats_hourly_keep_days: int = 30
     stats_range_keep_days: int = 30
+    skip_compression_backlog: int = _PRESSURE.critical_backlog
+    skip_compression_for_s: float = _PRESSURE.critical_for_s
+    skip_compression_age_s: float = _PRESSURE.critical_age_s
+    skip_compression_low_water: int = _PRESSURE.low_water
+    scale_interval_s: float = 5.0
+    scale_up_age_s: float = 10.0
+    scale_down_idle_s: float = 60.0
 
     @property
     def keys(self) -> KeySchema:
@@ -60,6 +69,16 @@ class Config:
             batch_size=self.batch_size,
             retention_s=self.retention_s,
             seal_idle_s=self.seal_idle_s,
+        )
+
+    @property
+    def pressure(self) -> PressureSettings:
+        """When the backlog is critical enough to skip compression (`layers.pressure`)."""
+        return PressureSettings(
+            critical_backlog=self.skip_compression_backlog,
+            critical_for_s=self.skip_compression_for_s,
+            critical_age_s=self.skip_compression_age_s,
+            low_water=self.skip_compression_low_water,
         )
 
     def __post_init__(self) -> None:
@@ -88,6 +107,9 @@ class Config:
         ):
             raise ValidationError("timeouts must be positive")
         _ = self.policy  # validates the tier settings
+        _ = self.pressure
+        if self.scale_interval_s <= 0 or self.scale_up_age_s < 0 or self.scale_down_idle_s < 0:
+            raise ValidationError("the scaling interval must be positive, its ages not negative")
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Config:

@@ -9,6 +9,7 @@ same, current numbers: combine those with ``max by (namespace)``, never sum them
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,9 +21,12 @@ from prometheus_client.registry import Collector
 
 from codec import ACTIVE_STATUSES, PartArchiveError
 from layers import ArchiveLayer, KeySchema, Tier
+from layers.archival import parse_state
 from layers.liveness import Liveness
 from layers.meta import stored_int, typed_errors
 from layers.metrics import COMPLETE_BUCKETS
+from layers.pressure import SKIP
+from layers.progress import job_progress, parse_samples
 from layers.queue import oldest_pending_age
 from layers.replies import as_text
 from layers.transitions import transition_state
@@ -108,8 +112,13 @@ class LayerStateCollector(Collector):
         pipe.hlen(k.completed)
         pipe.hgetall(k.stats_meta)
         pipe.hgetall(k.complete_latency)
+        pipe.hgetall(k.pressure)
+        pipe.zcard(k.unsealed)
+        pipe.get(k.archival_paused)
+        pipe.zcard(k.archival_held)
+        pipe.hgetall(k.progress)
         replies = pipe.execute(raise_on_error=False)
-        counts, length, pending, dead, meta, simple, stats_meta, latency = (
+        counts, length, pending, dead, meta, simple, stats_meta, latency, *backlog = (
             ({} if isinstance(r, redis.ResponseError) else r) for r in replies
         )
         counts = {as_text(a): stored_int(k.counts, as_text(a), b, default=0) for a, b in counts.items()}
@@ -171,6 +180,43 @@ class LayerStateCollector(Collector):
             stored_int(k.stats_meta, "last_check_at", stats_meta.get("last_check_at"), default=0),
         )
         yield self._worker_latency({as_text(a): b for a, b in latency.items()})
+        unsealed = simple_count if meta.get("tier", Tier.SIMPLE.value) != Tier.SIMPLE.value else 0
+        yield from self._backlog_families(counts, total, int(length or 0), unsealed, *backlog)
+
+    def _backlog_families(
+        self, counts: dict[str, int], archived: int, queued: int, unsealed: int, *replies: Any
+    ) -> Iterator[Any]:
+        """The answers to a backlog (compression skipped, archival paused) and the job's progress."""
+        pressure, unsealed_batches, paused, held, samples = replies
+        gauge = self._gauge
+        fields = {as_text(a): as_text(b) for a, b in pressure.items()}
+        skipping = fields.get("mode") == SKIP
+        since = float(fields.get("changed_at") or 0) if skipping else 0.0
+        yield gauge("partarchive_compression_skipped", "1 while archivers store records unsealed (a critical backlog).",
+                    int(skipping))  # fmt: skip
+        yield gauge(
+            "partarchive_compression_skipped_seconds",
+            "How long compression has been skipped (0 when it is not).",
+            max(0.0, time.time() - since) if since else 0.0,
+        )
+        yield gauge("partarchive_unsealed_records", "Records of a batch tier waiting to be sealed.", unsealed)
+        yield gauge("partarchive_unsealed_batches", "Batches stored unsealed, to seal.", int(unsealed_batches or 0))
+        state = parse_state(paused or None, held)
+        yield gauge("partarchive_archival_paused", "1 while archival is paused.", int(state.paused))
+        yield gauge("partarchive_archival_held", "Completions kept in the active hash while paused.", state.held)
+        job = job_progress(counts, archived, queued, state.held, parse_samples(samples), time.time())
+        parts = gauge("partarchive_job_partitions", "The job's partitions by state.", labels=("state",))
+        for name in ("total", "done", "failed", "pending"):
+            parts.add_metric([self.namespace, name], getattr(job, name))
+        yield parts
+        rates = gauge(
+            "partarchive_job_completion_rate", "Completions a second over a window (NaN: unknown).", labels=("window",)
+        )
+        for window, rate in job.rates.items():
+            rates.add_metric([self.namespace, window], float("nan") if rate is None else rate)
+        yield rates
+        eta = -1 if job.eta_s is None else job.eta_s
+        yield gauge("partarchive_job_eta_seconds", "Estimated seconds until nothing is pending (-1 unknown).", eta)
 
     def _worker_latency(self, fields: dict[str, Any]) -> HistogramMetricFamily:
         """The completion latency every worker SDK of the namespace reported (`layers.metrics`)."""

@@ -15,8 +15,11 @@ import redis
 
 from archiver.config import Config
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy
+from layers.archival import ArchivalSwitch
 from layers.liveness import Liveness
 from layers.maintenance import MaintenanceLock
+from layers.pressure import BacklogPressure
+from layers.progress import ProgressLog
 from stats import StatsCompactor, StatsReader
 from stats.commit import CommitBuffer
 
@@ -52,6 +55,18 @@ class Namespace:
     @cached_property
     def liveness(self) -> Liveness:
         return Liveness(self.redis, self.keys)
+
+    @cached_property
+    def archival(self) -> ArchivalSwitch:
+        return ArchivalSwitch(self.redis, self.keys)
+
+    @cached_property
+    def pressure(self) -> BacklogPressure:
+        return BacklogPressure(self.redis, self.keys)
+
+    @cached_property
+    def progress(self) -> ProgressLog:
+        return ProgressLog(self.redis, self.keys)
 
     @cached_property
     def stats(self) -> StatsReader:

@@ -1,5 +1,5 @@
-"""A namespace's state as one report (layer sizes, tier, queue backlog, Redis memory): for
-``partarchive status`` and the dashboard."""
+"""A namespace's state as one report (layer sizes, job progress, tier, queue backlog, the backlog
+modes, Redis memory): for ``partarchive status`` and the dashboard."""
 
 from __future__ import annotations
 
@@ -22,11 +22,13 @@ def collect_status(
         archivers = ns.liveness.archivers()
     active, archive, queue = ns.active, ns.archive, ns.queue.state()
     memory = client.info("memory")
+    by_status, tier = active.counts(), archive.tier()
     return {
         "namespace": config.namespace,
-        "active": {"size": active.size(), "by_status": active.counts()},
+        "active": {"size": active.size(), "by_status": by_status},
+        "progress": ns.progress.read(by_status).to_dict(),
         "archive": {
-            "tier": archive.tier().value,
+            "tier": tier.value,
             "archived_total": archive.archived_total(),
             "simple_tier": archive.simple_size(),
             "open_batches": archive.open_batch_count(),
@@ -41,6 +43,8 @@ def collect_status(
             "consumers": queue.consumers,
             "dead_letters": queue.dead_letters,
         },
+        "pressure": ns.pressure.state(tier).to_dict(),
+        "archival": ns.archival.state().to_dict(),
         "archivers_alive": len(archivers),
         "redis": {
             "used_memory": int(memory["used_memory"]),  # type: ignore[index]

@@ -77,6 +77,7 @@ class Completion:
     already_completed: bool
     archived: ArchivedPartition | None = None
     entry_id: str | None = None
+    held: bool = False  # archival paused (`layers.archival`): kept in the active hash, queued on resume
 
 
 class ActiveLayer:
@@ -276,7 +277,7 @@ class ActiveLayer:
         try:
             got = self._run(
                 "complete",
-                [k.active, k.leases, k.counts, k.done, k.queue, k.complete_latency, *k.go_stats],
+                [*k.complete_keys, *k.go_stats],
                 [pid, worker_id, _version_arg(expected_version), now_ms, now_elk, latency_argument(latencies)],
             )
         except BaseException:
@@ -287,10 +288,12 @@ class ActiveLayer:
             self._complete_seconds = sdk_complete_seconds().labels(namespace=k.namespace)
         self._complete_seconds.observe(elapsed)
         self._latencies.observe(elapsed)
-        if as_text(got[0]) != "ok":
+        if as_text(got[0]) not in ("ok", "held"):
             self._latencies.give_back(latencies)  # the script adds them only when it completes
         if as_text(got[0]) == "already":
             return Completion(pid, already_completed=True)
+        if as_text(got[0]) == "held":  # archival is paused: kept in the active hash, status completed
+            return Completion(pid, False, held=True)
         _raise_for(got, pid, "complete")
         payload = got[1]
         archived = (

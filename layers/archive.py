@@ -129,8 +129,9 @@ class ArchiveLayer(BatchSealing):
 
     # write path
 
-    def write_detail(self, parts: Sequence[ArchivedPartition | ElkRecord]) -> Tier:
-        """Store the records in the current tier (idempotent); returns that tier."""
+    def write_detail(self, parts: Sequence[ArchivedPartition | ElkRecord], *, unsealed: bool = False) -> Tier:
+        """Store the records in the current tier (idempotent); returns that tier. ``unsealed``: in a
+        batch tier, into the simple hash without sealing (a critical backlog, `layers.pressure`)."""
         if not parts:
             return self.tier()
         self.check_batch_size()
@@ -138,9 +139,20 @@ class ArchiveLayer(BatchSealing):
         if tier is Tier.SIMPLE:
             mapping = {str(p.partition_id): p.to_json() for p in parts}
             self.redis.hset(self.keys.completed, mapping=mapping)  # type: ignore[arg-type]
+        elif unsealed:
+            self.write_unsealed(parts)
         else:
             self._write_batches(parts, tier)
         return tier
+
+    def write_unsealed(self, parts: Sequence[ArchivedPartition | ElkRecord]) -> None:
+        """Records into the simple hash, their batches noted in `KeySchema.unsealed` (for the seal-up,
+        `layers.transitions.seal_unsealed_step`), in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hset(self.keys.completed, mapping={str(p.partition_id): p.to_json() for p in parts})  # type: ignore[arg-type]
+        now_ms = int(time.time() * 1000)
+        pipe.zadd(self.keys.unsealed, {str(b): now_ms for b in {self.policy.batch_of(p.partition_id) for p in parts}})
+        pipe.execute()
 
     def _write_batches(self, parts: Sequence[ArchivedPartition | ElkRecord], tier: Tier) -> None:
         """The records of batches that are not whole in hand are staged first; then every batch

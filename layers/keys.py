@@ -167,6 +167,12 @@ class KeySchema:
         return f"{self._tagged}_partitions"
 
     @property
+    def complete_keys(self) -> list[str]:
+        """KEYS[1..8] of ``complete.lua``, in its order (Go's stats hash follows in a bound namespace)."""
+        return [self.active, self.leases, self.counts, self.done, self.queue, self.complete_latency,
+                self.archival_paused, self.archival_held]  # fmt: skip
+
+    @property
     def go_stats(self) -> list[str]:
         """Go's counters hash as an optional trailing script key (empty when not bound)."""
         return [] if self.elk_prefix is None else [ElkKeys(self.elk_prefix).stats]
@@ -248,6 +254,37 @@ class KeySchema:
     def maintenance_lock(self) -> str:
         """String: the replica doing tier moves, sweeps and compaction, with a time to live."""
         return f"{self._tagged}_maintenance:lock"
+
+    @property
+    def unsealed(self) -> str:
+        """Sorted set (batch tiers): batch numbers whose records were stored unsealed in the simple
+        hash while compression was skipped (a critical backlog), score = last such write (unix ms);
+        maintenance seals them batch by batch once the backlog is gone."""
+        return f"{self._tagged}_completed:unsealed"
+
+    @property
+    def pressure(self) -> str:
+        """Hash: the backlog mode every archiver follows (``skip`` = store without sealing), since
+        when and why, and when the backlog first looked critical; written by the lock holder."""
+        return f"{self._tagged}_archive:pressure"
+
+    @property
+    def archival_paused(self) -> str:
+        """String, present while archival is paused (JSON: since when, by whom): `complete()` then
+        leaves a completed partition in the active hash and queues nothing."""
+        return f"{self._tagged}_archival:paused"
+
+    @property
+    def archival_held(self) -> str:
+        """Sorted set of pids completed while archival was paused (score = completion, unix ms),
+        sent to the archive queue on resume."""
+        return f"{self._tagged}_archival:held"
+
+    @property
+    def progress(self) -> str:
+        """Hash: unix minute -> ``"{time},{completed so far}"``, sampled by the lock holder (about a
+        day of minutes): the completion rates and the ETA of `partarchive status`."""
+        return f"{self._tagged}_progress:samples"
 
     @property
     def open_batches(self) -> str:

@@ -60,12 +60,21 @@ class TransitionState:
         return asdict(self)
 
 
-def migrate_step(archive: ArchiveLayer, max_batches: int | None = None, now: float | None = None) -> int:
-    """Do one bounded step of whatever is due; returns the items it handled (0 = nothing to do)."""
+def migrate_step(
+    archive: ArchiveLayer, max_batches: int | None = None, now: float | None = None, *, hold_seals: bool = False
+) -> int:
+    """Do one bounded step of whatever is due; returns the items it handled (0 = nothing to do).
+
+    ``hold_seals``: compression is skipped (a critical backlog, `layers.pressure`): nothing is
+    sealed or moved, so maintenance does not compete with the drain; only the expiry sweep runs,
+    since it frees memory."""
     tier = archive.tier()
     if tier is Tier.SIMPLE:
         return 0
-    moved = move_simple_step(archive, tier, max_batches) or shelve_step(archive)
+    if hold_seals:
+        return sweep_expired(archive, now=now) if tier is Tier.SUMMARY else 0
+    moved = seal_unsealed_step(archive, tier, max_batches) or move_simple_step(archive, tier, max_batches)
+    moved = moved or shelve_step(archive)
     if moved or tier is not Tier.SUMMARY:
         return moved
     return index_expiry_step(archive) or sweep_expired(archive, now=now)
@@ -98,6 +107,32 @@ def move_simple_step(archive: ArchiveLayer, tier: Tier, max_batches: int | None 
     pipe.hset(keys.archive_meta, "move_cursor", numbers[-1] + 1)
     pipe.hincrby(keys.archive_meta, "moved", moved)
     pipe.execute()
+    return max(moved, 1)
+
+
+def seal_unsealed_step(archive: ArchiveLayer, tier: Tier, max_batches: int | None = None) -> int:
+    """Seal the lowest batches whose records were stored unsealed while compression was skipped
+    (`KeySchema.unsealed`), each once, from the records the simple hash holds of it; returns the
+    records sealed (at least 1 when batches were found), 0 once none is left.
+
+    A batch is taken off the set only after it was sealed and its records deleted, so a kill -9
+    repeats at most the batches in hand; an archiver that stores into a batch meanwhile notes it
+    again, and the check after the removal puts back a batch whose records arrived in between."""
+    r, keys = archive.redis, archive.keys
+    raw: Any = r.zrange(keys.unsealed, 0, _batches_per_step(archive, max_batches) - 1)
+    if not raw:
+        return 0
+    fields = {int(b): _batch_pids(archive, int(b)) for b in raw}
+    moved = _move_batches(archive, tier, fields)
+    pipe = r.pipeline(transaction=False)
+    pipe.zrem(keys.unsealed, *raw)
+    for names in fields.values():
+        pipe.hmget(keys.completed, names)
+    pipe.hincrby(keys.archive_meta, "sealed_up", moved)
+    replies = pipe.execute()
+    again = [b for b, values in zip(fields, replies[1:-1], strict=True) if any(v is not None for v in values)]
+    if again:
+        r.zadd(keys.unsealed, {str(b): int(time.time() * 1000) for b in again})
     return max(moved, 1)
 
 

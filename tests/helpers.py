@@ -12,7 +12,7 @@ from collections.abc import Callable
 import redis
 
 from codec import ArchivedPartition
-from layers import ActiveLayer, ArchiveLayer, CommitResult
+from layers import ActiveLayer, ArchiveLayer, CommitResult, KeySchema
 
 
 def complete_partitions(client: redis.Redis, namespace: str, count: int, worker: str = "w") -> list[int]:
@@ -127,3 +127,11 @@ def stop_process(proc: subprocess.Popen[bytes], timeout: float = 40) -> str:
         proc.kill()
         raise
     return err.decode(errors="replace")
+
+
+def scraped(client: redis.Redis, keys: KeySchema) -> dict[str, float]:
+    """A namespace's gauges as one scrape reads them (those without labels of their own)."""
+    from archiver.metrics import LayerStateCollector
+
+    families = LayerStateCollector(client, keys).collect()
+    return {s.name: s.value for f in families for s in f.samples if set(s.labels) == {"namespace"}}

@@ -15,6 +15,7 @@ from archiver import ArchiverDaemon, Config
 from archiver.daemon.loop import drain
 from archiver.web import create_app
 from layers import ActiveLayer, KeySchema
+from layers.archival import ArchivalSwitch
 from tests.browser import CHROMIUM_ARGS, chromium_path, screenshot_path
 from tests.conftest import delete_namespace
 from tests.helpers import free_port, start_server, wait_for
@@ -50,6 +51,10 @@ def test_the_overview_adds_up(server_redis: redis.Redis, namespace: str) -> None
     assert all(p["avg_duration_s"] is not None for p in o["series"] if p["completed"])
     assert o["queue"]["backlog"] == 0 and o["dead_letters"]["count"] == 1
     assert o["dead_letters"]["latest"][0]["reason"]
+    p = o["progress"]
+    assert (p["total"], p["done"], p["failed"], p["pending"], p["archived"]) == (30, 20, 0, 10, 20)
+    assert p["percent_done"] == 66.67 and len(p["trend"]) == 60 and set(p["rates"]) >= {"1m", "1h", "24h"}
+    assert not o["pressure"]["skipping"] and not o["archival"]["paused"]
 
 
 def test_the_page_and_its_assets_are_served_from_the_package(real_redis: redis.Redis, namespace: str) -> None:
@@ -90,7 +95,8 @@ def test_the_dashboard_in_chromium(served: tuple[str, redis.Redis], request: pyt
     error, shows the engine's numbers, looks a partition up; a screenshot is kept."""
     from playwright.sync_api import sync_playwright
 
-    base, _ = served
+    base, client = served
+    namespace = request.getfixturevalue("namespace")
     errors: list[str] = []
     outside: list[str] = []
     with sync_playwright() as pw:
@@ -109,6 +115,14 @@ def test_the_dashboard_in_chromium(served: tuple[str, redis.Redis], request: pyt
             assert page.locator("#chart svg circle.duration-point").count() >= 1
             assert page.locator("#archivers tr").count() == 2  # the header and the daemon that drained
             assert page.text_content("#archivers tr:nth-child(2) td") == "dash"
+            assert page.text_content("#progress-text").startswith("20 of 30 done (66.67%)")
+            assert page.locator("#trend svg rect").count() == 60
+            assert page.get_attribute("#progress-bar", "aria-valuenow") == "67"
+            assert page.locator("#modes").is_hidden() and page.text_content("#archival-mode") == "running"
+            ArchivalSwitch(client, KeySchema(namespace)).pause("tester")
+            page.wait_for_function("!document.getElementById('modes').hidden", timeout=15_000)
+            assert "Archival is paused" in page.text_content("#modes")
+            assert page.text_content("#archival-mode") == "paused; 0 held"
             page.fill("#pid", "3")
             page.click("button[type=submit]")
             page.wait_for_function("document.getElementById('lookup-answer').textContent.includes('archive')")

@@ -117,6 +117,15 @@ def build_parser() -> argparse.ArgumentParser:
     retention = sub.add_parser("retention", parents=[common], help="show or set the summary tier's retention")
     retention.add_argument("seconds", nargs="?", type=int, help="new retention in seconds (stored; applies at once)")
 
+    archival = sub.add_parser("archival", help="pause or resume archiving new completions (the rollback)")
+    archival_sub = archival.add_subparsers(dest="archival_command", required=True, parser_class=_Parser)
+    for name, text in (
+        ("pause", "completions stay in the active hash (status completed); nothing new is queued"),
+        ("resume", "queue what completed while paused, then archive as before"),
+        ("status", "whether archival is paused, and what waits"),
+    ):
+        archival_sub.add_parser(name, parents=[common], help=text).add_argument("--json", action="store_true")
+
     demo = sub.add_parser("demo", parents=[common], help="the whole system on an embedded engine")
     demo.add_argument("--partitions", type=int, default=20_000)
     demo.add_argument("--workers", type=int, default=8)

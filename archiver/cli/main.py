@@ -34,6 +34,7 @@ COMMANDS = {
     "archivers": "archivers",
     "dead-letters": "dead_letters",
     "export": "export",
+    "archival": "archival",
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import sys
 import time
 from typing import Any
@@ -59,12 +60,42 @@ def _retention(t: dict[str, Any]) -> str:
     return text
 
 
+def _when(at: float | None) -> str:
+    return "?" if at is None else dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _progress(p: dict[str, Any]) -> str:
+    share = "" if p["percent_done"] is None else f" ({p['percent_done']}%)"
+    return f"{p['done']:,} of {p['total']:,} done{share}, {p['failed']:,} failed, {p['pending']:,} pending"
+
+
+def _rates(p: dict[str, Any]) -> str:
+    return ", ".join(f"{w} {'-' if r is None else f'{r:,.1f}/s'}" for w, r in p["rates"].items())
+
+
+def _compression(p: dict[str, Any]) -> str:
+    waiting = f"{p['unsealed_records']:,} records in {p['unsealed_batches']:,} batches wait to be sealed"
+    if p["skipping"]:
+        return f"SKIPPED since {_when(p['since'])} ({p['reason']}); {waiting}"
+    return f"normal; {waiting}" if p["unsealed_records"] or p["unsealed_batches"] else "normal"
+
+
+def _archival(a: dict[str, Any]) -> str:
+    if a["paused"]:
+        by = f" by {a['by']}" if a["by"] else ""
+        return f"PAUSED since {_when(a['since'])}{by}; {a['held']:,} completed partitions held in the active hash"
+    return f"running; {a['held']:,} held partitions still to queue" if a["held"] else "running"
+
+
 def format_status(report: dict[str, Any]) -> str:
     a, ar, q = report["active"], report["archive"], report["queue"]
     by_status = ", ".join(f"{k} {v}" for k, v in a["by_status"].items())
     rows = [
         ("namespace", report["namespace"]),
         ("active partitions", f"{a['size']} ({by_status})"),
+        ("job progress", _progress(report["progress"])),
+        ("completion rate", _rates(report["progress"])),
+        ("ETA", report["progress"]["eta"]),
         ("archive tier", ar["tier"]),
         ("archived total", ar["archived_total"]),
         ("in the simple hash", ar["simple_tier"]),
@@ -74,6 +105,8 @@ def format_status(report: dict[str, Any]) -> str:
         ("retention (summary)", _retention(report["transition"])),
         ("queue backlog", f"{q['backlog']} ({q['pending']} pending, oldest {q['oldest_pending_age_s']} s)"),
         ("queue lag", "-" if q["lag"] is None else q["lag"]),
+        ("compression", _compression(report["pressure"])),
+        ("archival", _archival(report["archival"])),
         ("archivers alive", report["archivers_alive"]),
         ("dead letters", q["dead_letters"]),
         ("redis used_memory", f"{report['redis']['used_memory_human']} ({report['redis']['used_memory']:,} B)"),

@@ -24,6 +24,7 @@ import redis
 import structlog
 
 from archiver.config import Config
+from archiver.daemon.backlog import BacklogGuard
 from archiver.daemon.pacing import MaintenancePacer
 from archiver.daemon.shutdown import GracefulShutdown
 from archiver.metrics import CONSUMERS_REMOVED, GROUP_RECREATED, STATS_FLUSHES
@@ -86,6 +87,7 @@ class ArchiverDaemon:
         self.lock = ns.maintenance_lock(self.consumer)
         self.has_lock = False
         self.liveness = ns.liveness
+        self.backlog = BacklogGuard(ns)
         self.started = time.time()
         self._next_beat = 0.0
         self._beat_archived = 0
@@ -314,10 +316,12 @@ class ArchiverDaemon:
             if held != self.has_lock:
                 log.info("maintenance lock " + ("taken" if held else "lost"), holder=self.lock.holder_now())
             self.has_lock = held
+            done += self.backlog.tick(held)
         if not self.has_lock:
             return flushed + done
+        hold = self.backlog.skipping
         steps = self.pacer.run(
-            busy_s, lambda batches: migrate_step(self.archive, max_batches=batches) or self.compactor.step()
+            busy_s, lambda n: migrate_step(self.archive, max_batches=n, hold_seals=hold) or self.compactor.step()
         )
         if steps:
             log.debug("maintenance", items=steps, tier=self.archive.tier().value)
@@ -334,7 +338,7 @@ class ArchiverDaemon:
 
     def _adopt(self, now: float) -> int:
         """Import what elk_coordinator's Go workers completed (``adopt_elk``), every ``adopt_interval_s``."""
-        if self._adopter is None or now < self._next_adopt:
+        if self._adopter is None or now < self._next_adopt or self.backlog.paused:
             return 0
         self._next_adopt = now + self.config.adopt_interval_s
         adopted = int(self._adopter.adopt_step())
@@ -374,7 +378,7 @@ class ArchiverDaemon:
             good.append((entry.entry_id, part))
             detail.append(record)
         if good:
-            self.archive.write_detail(detail)
+            self.archive.write_detail(detail, unsealed=self.backlog.skipping)
             self.archived += len(good)
             for result in self.stats.add(good):
                 self._note(result)

@@ -210,8 +210,10 @@ def create_app(client: redis.Redis, config: Config) -> FastAPI:
 
     @app.get("/stats", responses=ERRORS)
     def get_stats() -> dict[str, Any]:
-        """Active counts merged with the completed rollups."""
-        return reader.stats()
+        """Active counts merged with the completed rollups, and the job's progress (done, failed,
+        completion rates over the last minutes and hours, ETA)."""
+        view = reader.stats()
+        return view | {"progress": ns.progress.read(view["active"]).to_dict()}
 
     @app.get("/", include_in_schema=False)
     def dashboard() -> FileResponse:

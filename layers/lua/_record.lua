@@ -277,6 +277,18 @@ local function heartbeat_ms(rec)
   return (tonumber(rec.raw.last_heartbeat) or 0) * 1000
 end
 
+-- The archive queue's entry for a completed native record: the archived form, completed at
+-- `completed_at` (Unix seconds), duration = completion - claim.
+local function native_archived(rec, completed_at)
+  local duration = math.max(0, completed_at - (tonumber(rec.raw.claimed_at) or completed_at))
+  return '{"partition_id":' .. rec.raw.partition_id
+    .. ',"min_id":' .. rec.raw.min_id
+    .. ',"max_id":' .. rec.raw.max_id
+    .. ',"worker_id":' .. rec.raw.worker_id
+    .. ',"completed_at":' .. string.format('%d', completed_at)
+    .. ',"duration":' .. string.format('%d', duration) .. '}'
+end
+
 -- "now" as the record's format writes it: clock = {s = unix seconds, elk = RFC 3339 JSON text}.
 local function now_text(rec, clock)
   return rec.fmt == 'elk' and clock.elk or clock.s

@@ -76,10 +76,65 @@ function chart(el, series) {
   el.replaceChildren(svg);
 }
 
+function trend(el, minutes) {
+  const w = 960, h = 90, pad = 16;
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
+  svg.setAttribute("preserveAspectRatio", "none");
+  const max = Math.max(1, ...minutes.map((m) => m.completed ?? 0));
+  const step = (w - 2 * pad) / minutes.length;
+  minutes.forEach((m, i) => {
+    const bh = m.completed === null ? 2 : ((h - 2 * pad) * m.completed) / max;
+    const bar = document.createElementNS(SVG, "rect");
+    const attrs = { class: m.completed === null ? "gap" : "bar", x: pad + i * step + 1, y: h - pad - bh, width: Math.max(1, step - 2), height: bh };
+    for (const [k, v] of Object.entries(attrs)) bar.setAttribute(k, v);
+    const tip = document.createElementNS(SVG, "title");
+    tip.textContent = `${m.minute}: ${m.completed === null ? "no sample" : fmt(m.completed) + " completed"}`;
+    bar.append(tip);
+    svg.append(bar);
+  });
+  const label = document.createElementNS(SVG, "text");
+  label.setAttribute("x", 2);
+  label.setAttribute("y", pad - 4);
+  label.textContent = `${fmt(max)}/min`;
+  svg.append(label);
+  el.replaceChildren(svg);
+}
+
+function showProgress(p) {
+  const share = (n) => (p.total ? (100 * n) / p.total : 0);
+  $("progress-done").style.width = `${share(p.done)}%`;
+  $("progress-failed").style.width = `${share(p.failed)}%`;
+  $("progress-bar").setAttribute("aria-valuenow", String(Math.round(share(p.done))));
+  const percent = p.percent_done === null ? "" : ` (${p.percent_done}%)`;
+  $("progress-text").textContent = `${fmt(p.done)} of ${fmt(p.total)} done${percent} · ${fmt(p.failed)} failed · ${fmt(p.pending)} pending`;
+  $("eta").textContent = p.eta;
+  rows($("progress-rates"), [
+    ["window", ...Object.keys(p.rates)],
+    ["completed/s", ...Object.values(p.rates).map((r) => (r === null ? "–" : fmt(Math.round(r * 10) / 10)))],
+  ]);
+  trend($("trend"), p.trend);
+}
+
+function showModes(o) {
+  const pr = o.pressure, ar = o.archival;
+  const waiting = `${fmt(pr.unsealed_records)} records to seal`;
+  $("compression-mode").textContent = pr.skipping ? `skipped: ${pr.reason}; ${waiting}` : pr.unsealed_records ? `normal; ${waiting}` : "normal";
+  $("archival-mode").textContent = ar.paused ? `paused; ${fmt(ar.held)} held` : "running";
+  const notes = [];
+  if (ar.paused) notes.push(`Archival is paused: ${fmt(ar.held)} completed partitions wait in the active hash (partarchive archival resume).`);
+  if (pr.skipping) notes.push(`Compression is skipped (${pr.reason}): records are stored unsealed until the backlog is gone.`);
+  $("modes").textContent = notes.join(" ");
+  $("modes").hidden = notes.length === 0;
+}
+
 function show(o) {
   const select = $("namespaces");
   select.replaceChildren(...o.namespaces.map((name) => new Option(name, name, false, name === o.namespace)));
   $("updated").textContent = `updated ${new Date(o.generated_at * 1000).toISOString().slice(11, 19)} UTC`;
+
+  showProgress(o.progress);
+  showModes(o);
 
   $("active-total").textContent = fmt(o.active.size);
   rows($("active-by-status"), Object.entries(o.active.by_status).map(([k, v]) => [k, fmt(v)]));

@@ -1,0 +1,51 @@
+-- Resume: send partitions completed while archival was paused to the archive queue, each
+-- exactly as complete.lua would have queued it when it completed (a native record's archived
+-- form with its completion time; a Go record's bytes as kept), and take it out of the active
+-- hash, in one step per partition. Refused while paused again (KEYS[4] exists).
+-- A held pid whose record is gone or no longer completed (changed by hand) is only dropped from
+-- KEYS[2]; one whose record cannot be read is dropped from KEYS[2] and left in the active hash,
+-- and named in the reply.
+-- KEYS[1] active hash   KEYS[2] pids completed while paused (zset)   KEYS[3] archive queue
+-- KEYS[4] the archival pause switch
+-- ARGV[1] how many pids at most (the lowest completion times first)
+-- Returns {'paused'} | {'err', 'wrong_type', what} | {queued, dropped, left in KEYS[2], unreadable pid...}.
+-- Everything is read and checked before the first write.
+local bad_type = wrong_type({'hash', 'zset', 'stream', 'string'})
+if bad_type then
+  return bad_type
+end
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  return {'paused'}
+end
+local pids = redis.call('ZRANGE', KEYS[2], 0, tonumber(ARGV[1]) - 1)
+local entries, unreadable = {}, {}
+for i, pid in ipairs(pids) do
+  local rec, why = load_record(KEYS[1], pid)
+  if rec and rec.status == 'completed' then
+    if rec.fmt == 'elk' then
+      entries[i] = redis.call('HGET', KEYS[1], pid)
+    elseif is_int(rec.raw.updated_at) and is_int(rec.raw.claimed_at) then
+      entries[i] = native_archived(rec, tonumber(rec.raw.updated_at))
+    else
+      unreadable[#unreadable + 1] = pid
+    end
+  elseif why == 'corrupt' then
+    unreadable[#unreadable + 1] = pid
+  end
+end
+local queued, dropped = 0, 0
+for i, pid in ipairs(pids) do
+  if entries[i] then
+    redis.call('XADD', KEYS[3], '*', 'p', entries[i])
+    redis.call('HDEL', KEYS[1], pid)
+    queued = queued + 1
+  else
+    dropped = dropped + 1
+  end
+  redis.call('ZREM', KEYS[2], pid)
+end
+local out = {queued, dropped, redis.call('ZCARD', KEYS[2])}
+for _, pid in ipairs(unreadable) do
+  out[#out + 1] = pid
+end
+return out

@@ -1,0 +1,95 @@
+"""Job progress: total / done / failed, completion rates over minutes and hours, and the ETA, in
+`status`, ``/stats`` and ``/metrics``."""
+
+from __future__ import annotations
+
+import math
+
+import orjson
+import redis
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from archiver.config import Config
+from archiver.web import create_app
+from layers import ActiveLayer, KeySchema
+from layers.progress import ProgressLog, job_progress
+from tests.helpers import run_cli
+
+NOW = 1_750_000_000.0
+
+
+def test_rates_and_the_eta_from_samples() -> None:
+    counts = {"pending": 500, "claimed": 50, "running": 50, "failed": 7}
+    samples = [(NOW - 7200, 0), (NOW - 3600, 3600), (NOW - 300, 6600), (NOW - 60, 6840)]
+    job = job_progress(counts, archived=6800, queued=90, held=10, samples=samples, now=NOW)
+    assert (job.total, job.done, job.failed, job.pending) == (7507, 6900, 7, 600)
+    assert job.percent_done == round(100 * 6900 / 7507, 2)
+    assert job.rates["1m"] == 1.0  # (6900 - 6840) / 60
+    assert job.rates["5m"] == 1.0  # (6900 - 6600) / 300
+    assert job.rates["1h"] == round(3300 / 3600, 3)
+    assert job.rates["6h"] is None and job.rates["24h"] is None  # 2 h of samples cover less than half of them
+    assert job.eta_s == 600.0 and job.eta.startswith("10 min at 1.0/s")
+    trend = {m["minute"]: m["completed"] for m in job.trend}
+    assert len(job.trend) == 60 and trend[job.trend[-1]["minute"]] == 60  # this minute: since the last sample
+    assert sum(1 for m in job.trend if m["completed"] is None) >= 55  # no sample tells of those minutes
+
+
+def test_the_eta_says_when_it_cannot_tell() -> None:
+    none_yet = job_progress({"pending": 100}, 0, 0, 0, [], NOW)
+    assert none_yet.eta == "no completions yet" and none_yet.eta_s is None and none_yet.percent_done == 0.0
+    empty = job_progress({}, 0, 0, 0, [], NOW)
+    assert empty.total == 0 and empty.percent_done is None and empty.eta == "no completions yet"
+    finished = job_progress({"failed": 3}, 97, 0, 0, [(NOW - 600, 50)], NOW)
+    assert finished.eta == "nothing pending" and finished.eta_s == 0.0 and finished.failed == 3
+    stalled = job_progress({"pending": 5}, 97, 0, 0, [(NOW - 600, 97)], NOW)
+    assert stalled.eta_s is None and stalled.eta.startswith("unknown")
+    fresh = job_progress({"pending": 5}, 10, 0, 0, [(NOW - 20, 0)], NOW)
+    assert all(rate is None for rate in fresh.rates.values())  # 20 s of samples cover no window's half
+
+
+def test_progress_in_status_stats_and_metrics(engine_url: str, real_redis: redis.Redis, namespace: str) -> None:
+    layer = ActiveLayer(real_redis, namespace)
+    layer.create_partitions(1, 50_000, 1000)
+    report = orjson.loads(run_cli(engine_url, namespace, "status", "--json").stdout)["progress"]
+    assert (report["total"], report["done"], report["pending"]) == (50, 0, 50)
+    assert report["eta"] == "no completions yet" and report["eta_s"] is None
+    log = ProgressLog(real_redis, KeySchema(namespace))
+    now = real_redis.time()[0]  # type: ignore[index]
+    assert log.sample(now=now - 600) == 0
+    for _ in range(12):
+        part = layer.claim("w")
+        assert part is not None
+        layer.complete(part.partition_id, "w")
+    layer.fail(layer.claim("w").partition_id, "w", "boom")  # type: ignore[union-attr]
+    layer.claim("w")
+    report = orjson.loads(run_cli(engine_url, namespace, "status", "--json").stdout)["progress"]
+    assert (report["total"], report["done"], report["failed"], report["pending"]) == (50, 12, 1, 37)
+    assert report["queued"] == 12 and report["archived"] == 0  # done the moment the worker completed it
+    assert 0.018 < report["rates"]["5m"] <= 0.021  # 12 in about 600 s
+    assert 37 / 0.021 <= report["eta_s"] <= 37 / 0.018
+    table = run_cli(engine_url, namespace, "status").stdout
+    assert "12 of 50 done (24.0%), 1 failed, 37 pending" in table and "\nETA " in table
+
+    with TestClient(create_app(real_redis, Config(namespace=namespace))) as http:
+        stats = http.get("/stats").json()
+        text = http.get("/metrics").text
+    assert stats["progress"]["done"] == 12 and stats["progress"]["total"] == 50
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    parts = {s.labels["state"]: s.value for s in families["partarchive_job_partitions"].samples
+             if s.labels["namespace"] == namespace}  # fmt: skip
+    assert parts == {"total": 50, "done": 12, "failed": 1, "pending": 37}
+    rates = {s.labels["window"]: s.value for s in families["partarchive_job_completion_rate"].samples
+             if s.labels["namespace"] == namespace}  # fmt: skip
+    assert 0.018 < rates["5m"] <= 0.021 and math.isnan(rates["24h"])  # unknown: too little history
+    [eta] = [s.value for s in families["partarchive_job_eta_seconds"].samples if s.labels["namespace"] == namespace]
+    assert 37 / 0.021 <= eta <= 37 / 0.018
+
+
+def test_samples_are_kept_for_a_day(real_redis: redis.Redis, namespace: str) -> None:
+    keys = KeySchema(namespace)
+    log = ProgressLog(real_redis, keys)
+    real_redis.hset(keys.progress, mapping={str(m): f"{m * 60},0" for m in range(1000, 1000 + 1600)})
+    log.sample(now=(1000 + 1600) * 60)
+    kept = sorted(int(m) for m in real_redis.hkeys(keys.progress))
+    assert kept[0] == 1000 + 1600 - 25 * 60 and kept[-1] == 1000 + 1600
