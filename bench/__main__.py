@@ -14,6 +14,7 @@ from bench import (
     latency_bench,
     memory_bench,
     migrate_bench,
+    pressure_bench,
     stats_bench,
     tiers_bench,
     worker_bench,
@@ -31,6 +32,7 @@ SECTIONS = {
     "archiver": archiver_bench.run,
     "worker": worker_bench.run,
     "growth": growth_bench.run,
+    "pressure": pressure_bench.run,
 }
 
 
