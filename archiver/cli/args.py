@@ -45,7 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", parents=[common], help="run the archiver daemon")
     run.add_argument("--consumer", help="consumer name (default: host-pid-random)")
-    run.add_argument("--processes", type=int, default=1, help="run N archiver processes under a supervisor (default 1)")
+    run.add_argument(
+        "--processes", default="1", help="N archiver processes under a supervisor, or auto: as the backlog needs"
+    )
+    run.add_argument("--max-processes", type=int, help="with --processes auto: at most N (default: the CPU cores)")
     run.add_argument("--claim-idle-ms", type=int, help="take over entries idle this long (default 60000)")
     run.add_argument("--read-count", type=int, help="entries per read (default 500)")
     run.add_argument("--log-level", default="info", choices=LOG_LEVELS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import replace
 
 from archiver.cli.args import CliError, check_port
@@ -15,18 +16,15 @@ def command(args: argparse.Namespace, config: Config) -> int:
     from archiver.logs import configure_logging
 
     configure_logging(args.log_level)
-    if not 1 <= args.processes <= 64:
-        raise CliError("--processes must be in 1..64")
-    if args.processes > 1:
-        from archiver.daemon.supervisor import Supervisor, child_commands
-
-        if args.consumer:
-            raise CliError("--consumer names one process: with --processes each child names itself")
-        if args.metrics_port is not None:
-            check_port(args.metrics_port + args.processes - 1)
-        commands = child_commands(args.argv, args.processes, args.metrics_port)
-        return Supervisor(commands, config.drain_timeout_s).run()
+    processes, auto = _processes(args)
+    if auto or processes > 1:
+        return _supervise(args, config, processes, auto)
     client = client_for(config)
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # a child of a supervisor serving the group's metrics
+        from archiver.metrics import start_series
+
+        for name in args.namespaces or [config.namespace]:
+            start_series(name)
     if len(args.namespaces) > 1:
         from archiver.daemon.multi import MultiArchiver
 
@@ -46,7 +44,64 @@ def command(args: argparse.Namespace, config: Config) -> int:
         try:
             start_http_server(args.metrics_port, addr=args.metrics_host)
         except OSError as exc:
-            where = f"{args.metrics_host}:{args.metrics_port}"
-            raise CliError(f"cannot serve metrics on {where}: {exc.strerror or exc}") from None
+            raise CliError(_port_error(args, exc)) from None
     daemon.run()
     return 0
+
+
+def _processes(args: argparse.Namespace) -> tuple[int, bool]:
+    """``--processes``: a number, or ``auto`` (then ``--max-processes``, by default the CPU cores)."""
+    if args.processes == "auto":
+        most = args.max_processes if args.max_processes is not None else os.cpu_count() or 1
+        if not 1 <= most <= 64:
+            raise CliError("--max-processes must be in 1..64")
+        return most, True
+    if args.max_processes is not None:
+        raise CliError("--max-processes goes with --processes auto")
+    try:
+        processes = int(args.processes)
+    except ValueError:
+        raise CliError(f"--processes takes a number or auto, not {args.processes!r}") from None
+    if not 1 <= processes <= 64:
+        raise CliError("--processes must be in 1..64")
+    return processes, False
+
+
+def _supervise(args: argparse.Namespace, config: Config, processes: int, auto: bool) -> int:
+    """Children under a supervisor: ``processes`` of them, or, with ``auto``, as the backlog says
+    (at most ``processes``); with ``--metrics-port`` the supervisor serves the group's metrics."""
+    from archiver.daemon.autoscale import Autoscaler, ScalePolicy
+    from archiver.daemon.supervisor import Supervisor, child_command
+    from archiver.namespace import Namespace
+    from layers.pressure import observe_backlog
+
+    if args.consumer:
+        raise CliError("--consumer names one process: with --processes each child names itself")
+    names = args.namespaces or [config.namespace]
+    client = client_for(config) if auto or args.metrics_port is not None else None
+    keys = [] if client is None else [Namespace(client, replace(config, namespace=n)).keys for n in names]
+    scaler = None
+    if auto:
+        policy = ScalePolicy(processes, config.scale_interval_s, config.scale_up_age_s, config.scale_down_idle_s)
+        scaler = Autoscaler(policy, lambda: observe_backlog(client, keys))  # type: ignore[arg-type]
+    metrics = None
+    if args.metrics_port is not None and client is not None:
+        from archiver.daemon.group_metrics import GroupMetrics
+
+        check_port(args.metrics_port)
+        metrics = GroupMetrics(client, keys)
+        try:
+            metrics.serve(args.metrics_port, args.metrics_host)
+        except OSError as exc:
+            metrics.close()
+            raise CliError(_port_error(args, exc)) from None
+    try:
+        return Supervisor(child_command(args.argv), config.drain_timeout_s, processes, scaler=scaler,
+                          metrics=metrics).run()  # fmt: skip
+    finally:
+        if metrics is not None:
+            metrics.close()
+
+
+def _port_error(args: argparse.Namespace, exc: OSError) -> str:
+    return f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc.strerror or exc}"

@@ -1,11 +1,15 @@
-"""``partarchive run --processes N``: N archiver processes under one supervisor.
+"""``partarchive run --processes N|auto``: archiver processes under one supervisor.
 
-The supervisor starts N children (``partarchive run`` with the same arguments, less
-``--processes``; each child ``i`` serves metrics on ``--metrics-port + i``), restarts a
-child that exits while the supervisor is running (after a pause that grows when it keeps
-failing, so a child that cannot start is not restarted in a tight loop), and on SIGTERM or
-SIGINT passes SIGTERM on: every child drains (its own deadline), and any child still running
+The supervisor runs children (``partarchive run`` with the same arguments, less the supervisor's
+own), restarts a child that exits while the supervisor is running (after a pause that grows when
+it keeps failing, so a child that cannot start is not restarted in a tight loop), and on SIGTERM
+or SIGINT passes SIGTERM on: every child drains (its own deadline), and any child still running
 after the drain deadline plus a grace period is killed. A second signal kills them at once.
+
+With ``auto`` it starts one child and lets an `Autoscaler` add or stop one at a time as the
+backlog says (`archiver.daemon.autoscale`); a child it stops gets SIGTERM, drains and is not
+restarted. With ``--metrics-port`` the supervisor serves the whole group's metrics on that port
+(`archiver.daemon.group_metrics`); the children serve none.
 
 Children are separate processes, not threads: each has its own interpreter, so N of them
 use N cores.
@@ -13,6 +17,7 @@ use N cores.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -22,8 +27,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
+import redis
 import structlog
 
+from archiver.daemon.autoscale import Autoscaler, ScaleDecision
+from archiver.daemon.group_metrics import GroupMetrics
 from archiver.daemon.shutdown import HANDLED_SIGNALS
 
 log = structlog.get_logger("partarchive.supervisor")
@@ -32,26 +40,53 @@ RESTART_PAUSE_S = 1.0
 RESTART_PAUSE_MAX_S = 30.0
 GRACE_S = 5.0
 HEALTHY_AFTER_S = 30.0  # a child that ran this long resets its restart pause
+#: The supervisor's own flags: not passed on to the children.
+OWN_FLAGS = ("--processes", "--max-processes", "--metrics-port", "--metrics-host")
 
 
 @dataclass
 class Child:
     index: int
-    args: list[str]
     process: subprocess.Popen[bytes] | None = None
     started: float = 0.0
     restarts: int = 0
     pause_s: float = RESTART_PAUSE_S
     next_start: float = 0.0
     exit_codes: list[int] = field(default_factory=list)
+    retiring: bool = False  # stopped by a scale-down: drains, exits, is not restarted
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
 
 class Supervisor:
-    def __init__(self, child_args: Sequence[Sequence[str]], drain_timeout_s: float) -> None:
-        self.children = [Child(i, list(args)) for i, args in enumerate(child_args)]
+    def __init__(
+        self,
+        command: Sequence[str],
+        drain_timeout_s: float,
+        processes: int = 1,
+        *,
+        scaler: Autoscaler | None = None,
+        metrics: GroupMetrics | None = None,
+    ) -> None:
+        self.command = list(command)
         self.drain_timeout_s = drain_timeout_s
+        self.scaler = scaler
+        self.metrics = metrics
+        self.max_processes = scaler.policy.max_processes if scaler is not None else processes
+        self.children = [Child(i) for i in range(1 if scaler is not None else processes)]
+        self.env = dict(os.environ) | (metrics.child_env if metrics is not None else {})
         self.stopping = threading.Event()
+        self.decisions: list[ScaleDecision] = []
         self._killing = False
+        self._next_scale = 0.0
+        self._backlog_unreadable = False
+
+    @property
+    def kept(self) -> int:
+        """Children the supervisor keeps running (those being stopped by a scale-down aside)."""
+        return sum(1 for c in self.children if not c.retiring)
 
     def run(self, *, poll_s: float = 0.2) -> int:
         """Supervise until a signal (or `stop()`); returns 0 after a clean stop."""
@@ -60,11 +95,17 @@ class Supervisor:
             for sig in HANDLED_SIGNALS:
                 previous[sig] = signal.signal(sig, self._on_signal)
         try:
-            log.info("supervisor started", processes=len(self.children))
+            log.info("supervisor started", processes=len(self.children), max_processes=self.max_processes,
+                     autoscale=self.scaler is not None)  # fmt: skip
             while not self.stopping.is_set():
                 now = time.monotonic()
-                for child in self.children:
+                for child in list(self.children):
                     self._tend(child, now)
+                if self.scaler is not None and now >= self._next_scale:
+                    self._next_scale = now + self.scaler.policy.interval_s
+                    self._scale(self.scaler, now)
+                if self.metrics is not None:
+                    self.metrics.counted(self.kept, self.max_processes)
                 self.stopping.wait(poll_s)
             return self._stop_children()
         finally:
@@ -76,7 +117,12 @@ class Supervisor:
 
     def _tend(self, child: Child, now: float) -> None:
         proc = child.process
-        if proc is not None and proc.poll() is None:
+        if child.running:
+            return
+        if child.retiring:
+            self.children.remove(child)
+            if proc is not None:
+                log.info("archiver process stopped", child=child.index, pid=proc.pid, code=proc.returncode)
             return
         if proc is not None:  # it exited on its own
             code = proc.returncode
@@ -88,28 +134,66 @@ class Supervisor:
             log.warning("archiver process exited, restarting", child=child.index, code=code, in_s=child.pause_s)
             return
         if now >= child.next_start:
-            child.process = subprocess.Popen(child.args, start_new_session=False)
+            child.process = subprocess.Popen(self.command, env=self.env, start_new_session=False)
             child.started = now
             if child.exit_codes:
                 child.restarts += 1
             log.info("archiver process started", child=child.index, pid=child.process.pid)
 
+    def _scale(self, scaler: Autoscaler, now: float) -> None:
+        """One scaling decision, logged as one line with its reason, and carried out."""
+        try:
+            decision = scaler.decide(self.kept, now)
+        except (redis.RedisError, OSError) as exc:
+            if not self._backlog_unreadable:
+                log.warning("cannot read the backlog; keeping the processes as they are", error=str(exc))
+            self._backlog_unreadable = True
+            return
+        self._backlog_unreadable = False
+        if decision is None:
+            return
+        self.decisions.append(decision)
+        log.info(
+            "scaling",
+            direction=decision.direction,
+            processes=decision.processes,
+            cause=decision.cause,
+            reason=decision.reason,
+            backlog=decision.backlog,
+            oldest_age_s=round(decision.oldest_age_s, 1),
+        )
+        if self.metrics is not None:
+            self.metrics.decided(decision.direction, decision.cause)
+        if decision.direction == "up":
+            taken = {c.index for c in self.children}
+            self.children.append(Child(next(i for i in range(len(taken) + 1) if i not in taken)))
+            return
+        newest = max((c for c in self.children if not c.retiring), key=lambda c: c.started)
+        newest.retiring = True
+        if newest.running:
+            assert newest.process is not None
+            newest.process.send_signal(signal.SIGTERM)
+
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if self.stopping.is_set():
             self._killing = True
             for child in self.children:
-                if child.process is not None and child.process.poll() is None:
+                if child.running:
+                    assert child.process is not None
                     child.process.kill()
             return
         log.info("stopping archiver processes", signal=signum, deadline_s=self.drain_timeout_s)
         self.stopping.set()
 
     def _stop_children(self) -> int:
-        running = [c.process for c in self.children if c.process is not None and c.process.poll() is None]
-        for proc in running:
-            proc.send_signal(signal.SIGTERM)
+        running = [c for c in self.children if c.running]
+        for child in running:
+            if not child.retiring:  # a retiring child has its SIGTERM: a second one would end it at once
+                assert child.process is not None
+                child.process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + self.drain_timeout_s + GRACE_S
-        for proc in running:
+        procs = [c.process for c in running if c.process is not None]
+        for proc in procs:
             try:
                 proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
@@ -117,28 +201,23 @@ class Supervisor:
                 proc.kill()
                 proc.wait()
         # -SIGTERM: a child that was still starting (no handler yet, nothing read) ended at once
-        clean = all(proc.returncode in (0, -signal.SIGTERM) for proc in running) and not self._killing
+        clean = all(proc.returncode in (0, -signal.SIGTERM) for proc in procs) and not self._killing
         log.info("supervisor stopped", clean=clean)
         return 0 if clean else 1
 
 
-def child_commands(argv: Sequence[str], processes: int, metrics_port: int | None) -> list[list[str]]:
-    """``partarchive run`` for each child: the supervisor's arguments less ``--processes``, and
-    ``--metrics-port`` shifted by the child's index."""
+def child_command(argv: Sequence[str]) -> list[str]:
+    """``partarchive run`` for a child: the supervisor's arguments less its own flags."""
     base: list[str] = []
     skip = False
     for arg in argv:
         if skip:
             skip = False
             continue
-        if arg in ("--processes", "--metrics-port"):
+        if arg in OWN_FLAGS:
             skip = True
             continue
-        if arg.startswith(("--processes=", "--metrics-port=")):
+        if arg.startswith(tuple(f"{flag}=" for flag in OWN_FLAGS)):
             continue
         base.append(arg)
-    commands = []
-    for i in range(processes):
-        extra = [] if metrics_port is None else ["--metrics-port", str(metrics_port + i)]
-        commands.append([sys.executable, "-m", "archiver", *base, *extra])
-    return commands
+    return [sys.executable, "-m", "archiver", *base]
