@@ -18,6 +18,7 @@ from typing import Any
 import redis
 
 from layers.keys import KeySchema
+from layers.meta import stored_int
 from layers.replies import as_text
 
 SAMPLE_EVERY_S = 10.0
@@ -59,6 +60,9 @@ class ProgressLog:
         pipe.xlen(k.queue)
         pipe.zcard(k.archival_held)
 
+    def _archived(self, raw: Any) -> int:
+        return stored_int(self.keys.archive_meta, "total", raw, default=0)
+
     def sample(self, now: float | None = None) -> int:
         """Note how many partitions have completed so far, in this minute's field; returns it."""
         now = time.time() if now is None else now
@@ -66,7 +70,7 @@ class ProgressLog:
         self._add_counts(pipe)
         pipe.hlen(self.keys.progress)
         total, queued, held, fields = pipe.execute()
-        done = int(total or 0) + int(queued) + int(held)
+        done = self._archived(total) + int(queued) + int(held)
         minute = int(now // 60)
         self.redis.hset(self.keys.progress, str(minute), f"{now:.3f},{done}")
         if int(fields) > KEEP_MINUTES + 60:
@@ -83,7 +87,7 @@ class ProgressLog:
         self._add_counts(pipe)
         pipe.hgetall(self.keys.progress)
         total, queued, held, raw = pipe.execute()
-        archived, queued, held = int(total or 0), int(queued), int(held)
+        archived, queued, held = self._archived(total), int(queued), int(held)
         return job_progress(by_status, archived, queued, held, parse_samples(raw), now)
 
 

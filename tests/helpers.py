@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -135,3 +136,35 @@ def scraped(client: redis.Redis, keys: KeySchema) -> dict[str, float]:
 
     families = LayerStateCollector(client, keys).collect()
     return {s.name: s.value for f in families for s in f.samples if set(s.labels) == {"namespace"}}
+
+
+class RouterWatch:
+    """Asks the router about every partition, over and over, and notes any it cannot answer for."""
+
+    def __init__(self, client: redis.Redis, namespace: str, pids: range) -> None:
+        from archiver.router import QueryRouter
+
+        self.router = QueryRouter(client, namespace)
+        self.pids = pids
+        self.lost: list[tuple[int, str]] = []
+        self.passes = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._watch)
+
+    def _watch(self) -> None:
+        from archiver.router import Source
+
+        while not self.stop.is_set():
+            for pid in self.pids:
+                answer = self.router.get(pid)
+                if not answer.found or (answer.degraded and answer.source is not Source.QUEUE):
+                    self.lost.append((pid, answer.source.value))
+            self.passes += 1
+
+    def __enter__(self) -> RouterWatch:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop.set()
+        self.thread.join(60)

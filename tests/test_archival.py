@@ -23,7 +23,7 @@ from layers.archival import ArchivalSwitch
 from stats import StatsChecker, StatsReader
 from tests.elk_fixtures import delete_prefix
 from tests.go_worker import GoWorker
-from tests.helpers import run_cli, scraped, start_archiver, stop_process, wait_for
+from tests.helpers import RouterWatch, run_cli, scraped, start_archiver, stop_process, wait_for
 
 SAMPLES = [
     orjson.loads(line) for line in (Path(__file__).parent / "fixtures/elk/samples.jsonl").read_bytes().splitlines()
@@ -195,34 +195,6 @@ class _Workers:
             t.join(120)
 
 
-class _RouterWatch:
-    """Asks the router about every partition, over and over, and notes any it cannot answer for."""
-
-    def __init__(self, client: redis.Redis, namespace: str, pids: range) -> None:
-        self.router = QueryRouter(client, namespace)
-        self.pids = pids
-        self.lost: list[tuple[int, str]] = []
-        self.passes = 0
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._watch)
-
-    def _watch(self) -> None:
-        while not self.stop.is_set():
-            for pid in self.pids:
-                answer = self.router.get(pid)
-                if not answer.found or (answer.degraded and answer.source is not Source.QUEUE):
-                    self.lost.append((pid, answer.source.value))
-            self.passes += 1
-
-    def __enter__(self) -> _RouterWatch:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.stop.set()
-        self.thread.join(60)
-
-
 def test_pause_and_resume_with_workers_running_and_an_archiver_killed(
     engine_url: str, real_redis: redis.Redis, namespace: str
 ) -> None:
@@ -234,7 +206,7 @@ def test_pause_and_resume_with_workers_running_and_an_archiver_killed(
     switch = ArchivalSwitch(real_redis, keys)
     archiver = start_archiver(engine_url, namespace, "--consumer", "first")
     try:
-        with _RouterWatch(real_redis, namespace, pids) as watch, _Workers(real_redis, namespace, 4) as workers:
+        with RouterWatch(real_redis, namespace, pids) as watch, _Workers(real_redis, namespace, 4) as workers:
             wait_for(lambda: archive.archived_total() >= 300, 60, "archiving under way")
             assert run_cli(engine_url, namespace, "archival", "pause").returncode == 0
             wait_for(lambda: switch.state().held >= 300, 60, "completions held while paused")

@@ -213,7 +213,10 @@ def create_app(client: redis.Redis, config: Config) -> FastAPI:
         """Active counts merged with the completed rollups, and the job's progress (done, failed,
         completion rates over the last minutes and hours, ETA)."""
         view = reader.stats()
-        return view | {"progress": ns.progress.read(view["active"]).to_dict()}
+        try:
+            return view | {"progress": ns.progress.read(view["active"]).to_dict()}
+        except PartArchiveError as exc:  # damaged counters: the rest of the view still answers
+            return view | {"progress": None, "degraded": True, "error": f"progress unavailable: {exc}"}
 
     @app.get("/", include_in_schema=False)
     def dashboard() -> FileResponse:
