@@ -4,6 +4,7 @@ kept them, nothing is queued, and resume sends them through the normal exactly-o
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -159,6 +160,9 @@ def test_the_command_line(engine_url: str, real_redis: redis.Redis, namespace: s
     assert paused.returncode == 0, paused.stderr
     assert "archival: paused since" in paused.stdout and "resume with: partarchive archival resume" in paused.stdout
     layer.complete(pid, "w")
+    assert re.search(
+        r"^archival +PAUSED since .* 1 completed partitions held", run_cli(engine_url, namespace, "status").stdout, re.M
+    )
     status = json.loads(run_cli(engine_url, namespace, "archival", "status", "--json").stdout)
     assert status["paused"] is True and status["held"] == 1 and status["queue_backlog"] == 0
     resumed = run_cli(engine_url, namespace, "archival", "resume")
