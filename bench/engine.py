@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import redis
 
@@ -32,6 +33,30 @@ def _described(client: redis.Redis, engine: object) -> Iterator[str]:
 def bench_engine() -> Iterator[tuple[redis.Redis, str]]:
     with bench_engine_url() as (client, name, _url):
         yield client, name
+
+
+class CountingConnection(redis.Connection):
+    """A connection that counts what it sends: one round trip per command or pipeline (redis-py
+    sends a pipeline's commands in one write and then reads their replies)."""
+
+    sent = 0
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        CountingConnection.sent += 1
+        super().send_packed_command(command, check_health)
+
+
+def counting_client(url: str) -> redis.Redis:
+    """A client of ``url`` whose round trips add up in `CountingConnection.sent`."""
+    return redis.Redis(connection_pool=redis.ConnectionPool.from_url(url, connection_class=CountingConnection))
+
+
+def redis_cpu_us(client: redis.Redis) -> float:
+    """The server's CPU time so far (user + system, all its threads), in microseconds. Unlike
+    ``INFO commandstats``, which counts a script's commands twice (in EVALSHA and in themselves)
+    and leaves out reading and writing sockets, this is what the server spent."""
+    cpu: dict[str, float] = client.info("cpu")  # type: ignore[assignment]
+    return (float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])) * 1e6
 
 
 def used_memory(client: redis.Redis) -> int:

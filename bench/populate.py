@@ -168,11 +168,9 @@ def write_stats(
     commit is given no entries, only the statistics updates.
     """
     from layers import ArchiveLayer
-    from stats import rollup_ops
+    from stats.commit import Committer
 
-    archive = ArchiveLayer(client, keys)
-    client.hsetnx(keys.stats_meta, "range_width", range_width)
+    committer = Committer(ArchiveLayer(client, keys), range_width)
+    committer.check_range_width()
     for records in _chunks(parts, chunk):
-        workers, generation = archive.workers.numbering({r.worker_id for r in records})
-        stats_keys, ops = rollup_ops(records, keys, range_width, records[-1].completed_at, workers)
-        archive.commit([], [], stats_keys, ops, generation)
+        committer.statistics_only(records)

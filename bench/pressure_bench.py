@@ -29,8 +29,8 @@ import redis
 
 from archiver.config import Config
 from archiver.daemon.loop import ArchiverDaemon
-from bench.archiver_bench import _redis_usec, fill_queue
-from bench.engine import bench_engine, drop, settle, used_memory
+from bench.archiver_bench import fill_queue
+from bench.engine import bench_engine, drop, redis_cpu_us, settle, used_memory
 from bench.report import median, table
 from layers import KeySchema
 
@@ -51,7 +51,7 @@ def _drain(daemon: ArchiverDaemon) -> float:
     """Seconds until every queued entry is archived and committed."""
     client, queue = daemon.archive.redis, daemon.keys.queue
     started = time.perf_counter()
-    while int(client.xlen(queue)) > daemon.stats.pending:  # type: ignore[arg-type]
+    while int(client.xlen(queue)) > daemon.commit_buffer.pending:  # type: ignore[arg-type]
         daemon.run_once()
     daemon.flush()
     return time.perf_counter() - started
@@ -96,9 +96,9 @@ def _one_run(client: redis.Redis, n: int) -> dict[str, float]:
         daemon.queue.ensure_group()
         daemon.maintain(force=True)  # takes the maintenance lock; for `skipping`, turns the mode on
         assert daemon.backlog.skipping == (kind == "skipping")
-        usec = _redis_usec(client)
+        usec = redis_cpu_us(client)
         got[f"{kind} /s"] = n / _drain(daemon)
-        got[f"{kind} us/p"] = (_redis_usec(client) - usec) / n
+        got[f"{kind} us/p"] = (redis_cpu_us(client) - usec) / n
         if kind == "skipping":
             settle(client)
             got["unsealed B/p"] = (used_memory(client) - baseline) / n

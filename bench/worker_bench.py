@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 
-from bench.engine import bench_engine_url, drop
+from bench.engine import CountingConnection, bench_engine_url, drop
 from bench.report import median, p99, table
 from layers import ActiveLayer
 
@@ -26,16 +26,6 @@ PROCESSES = 8
 RUNS = 3
 TARGET_RATIO = 3.0
 NS = "benchwork"
-
-
-class CountingConnection(redis.Connection):
-    """A connection that counts what it sends: one round trip per command or pipeline."""
-
-    sent = 0
-
-    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        CountingConnection.sent += 1
-        super().send_packed_command(command, check_health)
 
 
 def _worker(url: str, namespace: str, worker: str, count: int, think_s: float, start: Any, out: Any) -> None:

@@ -8,6 +8,8 @@ from typing import Any
 from codec.errors import ValidationError
 
 MAX_ID = 2**53
+#: Bitmaps address at most 2^32 bits, so the partition ids of the Redis layers stop there.
+MAX_PARTITION_ID = 2**32 - 1
 #: ``min_id``/``max_id`` are signed 64-bit, as Go's ``int64`` in elk_coordinator.
 MIN_INT64 = -(2**63)
 MAX_INT64 = 2**63 - 1

@@ -1,7 +1,8 @@
 """Redis-backed layers: the active layer (worker SDK), the archive queue and the archive."""
 
-from layers.active import MAX_PARTITION_ID, ActiveLayer, Completion
-from layers.archive import ArchiveLayer, CommitResult
+from codec.validate import MAX_PARTITION_ID
+from layers.active import ActiveLayer, Completion
+from layers.archive import ArchiveLayer
 from layers.errors import (
     CorruptMetadata,
     InvalidTransition,
@@ -23,7 +24,6 @@ __all__ = [
     "ActiveLayer",
     "ArchiveLayer",
     "ArchiveQueue",
-    "CommitResult",
     "Completion",
     "CorruptMetadata",
     "InvalidTransition",

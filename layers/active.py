@@ -27,7 +27,15 @@ import redis
 from codec import ACTIVE_STATUSES, ArchivedPartition, DecodeError, PartitionInfo, ValidationError
 from codec.elk import decode_elk, parse_active
 from codec.gojson import GoTime, go_json, go_string
-from codec.validate import MAX_ERROR_BYTES, MAX_INT64, MIN_INT64, check_int, check_text, check_worker_id
+from codec.validate import (
+    MAX_ERROR_BYTES,
+    MAX_INT64,
+    MAX_PARTITION_ID,
+    MIN_INT64,
+    check_int,
+    check_text,
+    check_worker_id,
+)
 from layers.clock import ServerClock
 from layers.errors import (
     CorruptMetadata,
@@ -44,8 +52,6 @@ from layers.metrics import LatencyBuffer, latency_argument, sdk_complete_seconds
 from layers.replies import as_text
 from layers.scripts import Scripts
 
-#: Bitmaps address at most 2^32 bits, so partition ids of the Redis layers stop there.
-MAX_PARTITION_ID = 2**32 - 1
 MAX_PARTITIONS_PER_CALL = 1_000_000
 RECORD_FORMATS = ("native", "elk")
 _SYNC_EVERY_S = 1.0

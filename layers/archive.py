@@ -21,29 +21,20 @@ from __future__ import annotations
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from codec import ArchivedPartition, ValidationError
 from codec.elk import ElkRecord, as_archived
-from layers.errors import CorruptMetadata, StaleWorkerNumbers, WrongKeyType
-from layers.keys import ARCHIVER_GROUP, KeySchema
+from codec.page import Columns
+from layers.keys import KeySchema
 from layers.meta import stored_int, stored_tier
-from layers.replies import as_text
 from layers.scripts import Scripts
 from layers.sealing import BatchSealing
 from layers.shelves import ShelfStore
 from layers.tiers import Tier, TierPolicy
 from layers.workers import WorkerRegistry
-
-
-@dataclass(frozen=True, slots=True)
-class CommitResult:
-    total: int
-    tier: Tier
-    newly_archived: int
 
 
 class ArchiveLayer(BatchSealing):
@@ -64,9 +55,7 @@ class ArchiveLayer(BatchSealing):
         """The stored tier (it only moves up), or the policy's tier for the total if that is higher."""
         key = self.keys.archive_meta
         raw: Any = self.redis.hmget(key, ["tier", "total"])
-        stored = stored_tier(key, raw[0])
-        wanted = self.policy.tier_for(stored_int(key, "total", raw[1], default=0))
-        return wanted if wanted.rank > stored.rank else stored
+        return self.policy.tier_after(stored_tier(key, raw[0]), stored_int(key, "total", raw[1], default=0))
 
     def retention_s(self) -> int:
         """The summary tier's retention: the stored policy, else the configured one."""
@@ -129,29 +118,36 @@ class ArchiveLayer(BatchSealing):
 
     # write path
 
-    def write_detail(self, parts: Sequence[ArchivedPartition | ElkRecord], *, unsealed: bool = False) -> Tier:
-        """Store the records in the current tier (idempotent); returns that tier. ``unsealed``: in a
-        batch tier, into the simple hash without sealing (a critical backlog, `layers.pressure`)."""
-        if not parts:
-            return self.tier()
+    def write_detail(
+        self,
+        parts: Sequence[ArchivedPartition | ElkRecord] | Columns,
+        *,
+        unsealed: bool = False,
+        tier: Tier | None = None,
+    ) -> Tier:
+        """Store the records in the tier in force (``tier`` if the caller has just read it;
+        idempotent); returns that tier. ``unsealed``: in a batch tier, into the simple hash
+        without sealing (a critical backlog, `layers.pressure`)."""
+        cols = parts if isinstance(parts, Columns) else Columns.of(parts)
+        tier = tier or self.tier()
+        if not len(cols):
+            return tier
         self.check_batch_size()
-        tier = self.tier()
         if tier is Tier.SIMPLE:
-            mapping = {str(p.partition_id): p.to_json() for p in parts}
-            self.redis.hset(self.keys.completed, mapping=mapping)  # type: ignore[arg-type]
+            self.redis.hset(self.keys.completed, mapping=dict(zip(cols.pids, cols.details, strict=True)))  # type: ignore[arg-type]
         elif unsealed:
-            self.write_unsealed(parts)
+            self.write_unsealed(cols)
         else:
-            self._write_batches(parts, tier)
+            self._write_batches(cols.records(), tier)
         return tier
 
-    def write_unsealed(self, parts: Sequence[ArchivedPartition | ElkRecord]) -> None:
+    def write_unsealed(self, cols: Columns) -> None:
         """Records into the simple hash, their batches noted in `KeySchema.unsealed` (for the seal-up,
         `layers.transitions.seal_unsealed_step`), in one round trip."""
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hset(self.keys.completed, mapping={str(p.partition_id): p.to_json() for p in parts})  # type: ignore[arg-type]
+        pipe.hset(self.keys.completed, mapping=dict(zip(cols.pids, cols.details, strict=True)))  # type: ignore[arg-type]
         now_ms = int(time.time() * 1000)
-        pipe.zadd(self.keys.unsealed, {str(b): now_ms for b in {self.policy.batch_of(p.partition_id) for p in parts}})
+        pipe.zadd(self.keys.unsealed, dict.fromkeys(map(str, {self.policy.batch_of(p) for p in cols.pids}), now_ms))
         pipe.execute()
 
     def _write_batches(self, parts: Sequence[ArchivedPartition | ElkRecord], tier: Tier) -> None:
@@ -170,49 +166,6 @@ class ArchiveLayer(BatchSealing):
         full = {b: archived[b] for b, count in staged.items() if count >= self.policy.capacity(b)}
         if whole or full:
             self.seal_many({**whole, **full}, tier)
-
-    def commit(
-        self,
-        counted: Sequence[tuple[str, ArchivedPartition]],
-        ack_only: Sequence[str] = (),
-        stats_keys: Sequence[str] = (),
-        ops: Sequence[tuple[int, str, str, int]] = (),
-        workers_generation: str | None = None,
-    ) -> CommitResult | list[int]:
-        """One script: index bits, total, tier, statistics ``ops``, acknowledgements.
-
-        Returns the pids already in the index instead (nothing written) when there are any.
-        ``ops`` are (position in ``stats_keys``, '+'|'<'|'>', field, value); when they name
-        workers by number, ``workers_generation`` is the registry generation of those numbers
-        (`StaleWorkerNumbers`, nothing written, if the registry now holds another).
-        """
-        k = self.keys
-        entry_ids = [entry_id for entry_id, _ in counted if entry_id != "-"]
-        pids = [part.partition_id for _, part in counted]
-        args: list[object] = [
-            ARCHIVER_GROUP,
-            self.policy.compressed_from,
-            self.policy.summary_above,
-            ",".join(map(str, pids)),
-            ",".join(entry_ids),
-            ",".join([entry_id for entry_id in ack_only if entry_id != "-"]),
-            max(pids, default=0),
-            workers_generation or "",
-        ]
-        for key_pos, op, field, value in ops:
-            args += [key_pos + 5, op, field, value]
-        reply = self._scripts("commit", [k.index, k.queue, k.archive_meta, k.workers, *stats_keys], args)
-        if as_text(reply[0]) == "stale_workers":
-            raise StaleWorkerNumbers(f"the worker registry {k.workers} changed meanwhile; nothing was committed")
-        if as_text(reply[0]) == "err":
-            what = as_text(reply[2])
-            if as_text(reply[1]) == "wrong_type":
-                raise WrongKeyType(what)
-            where = what if " " in what else f"{k.archive_meta} {what}"
-            raise CorruptMetadata(f"{where} is not a number partarchive wrote; nothing was committed")
-        if as_text(reply[0]) == "dup":
-            return [int(p) for p in reply[1:]]
-        return CommitResult(int(reply[1]), Tier(as_text(reply[2])), int(reply[3]))
 
     def stage(self, parts: Sequence[ArchivedPartition | ElkRecord]) -> dict[int, int]:
         """Put records in their batches' staging hashes; returns each batch touched with the

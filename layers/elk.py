@@ -28,7 +28,7 @@ from codec import ArchivedPartition, DecodeError, ValidationError
 from codec.elk import ElkRecord, ElkWorker, completed_as_archived_page, decode_elk, decode_elk_worker
 from codec.elk_batch import ElkBatchEntry, decode_elk_batch
 from codec.gojson import GoTime
-from layers.active import MAX_PARTITION_ID
+from codec.validate import MAX_PARTITION_ID
 from layers.errors import WrongKeyType
 from layers.keys import ElkKeys
 from layers.replies import as_text

@@ -65,6 +65,11 @@ class Scripts:
             self._registered[name] = script
         return script
 
+    def sha(self, name: str) -> str:
+        """The SHA1 of a script, for a caller that sends ``EVALSHA`` itself (and runs the call again
+        through `__call__`, which loads the script, if the server answers ``NOSCRIPT``)."""
+        return str(self._script(name).sha)
+
     def __call__(self, name: str, keys: list[str], args: list[Any], client: Any = None) -> Any:
         return self._script(name)(keys=keys, args=args, client=client)
 

@@ -38,11 +38,20 @@ class TierPolicy:
             raise ValidationError("retention, seal idle time and migrate chunk must be positive")
 
     def tier_for(self, total: int) -> Tier:
+        """The tier rule, the one definition in Python (``commit.lua`` mirrors it, and a test holds
+        the two to the same answers): simple below ``compressed_from``, compressed from it,
+        summary above ``summary_above``."""
         if total > self.summary_above:
             return Tier.SUMMARY
         if total >= self.compressed_from:
             return Tier.COMPRESSED
         return Tier.SIMPLE
+
+    def tier_after(self, stored: Tier, total: int) -> Tier:
+        """The tier in force with ``total`` archived: the rule's, or the stored one if that is
+        higher (a tier never moves down, even when the thresholds are raised later)."""
+        wanted = self.tier_for(total)
+        return wanted if wanted.rank > stored.rank else stored
 
     def batch_of(self, pid: int) -> int:
         return pid // self.batch_size

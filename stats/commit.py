@@ -1,131 +1,196 @@
-"""The archiver's commit: archived entries counted exactly once and acknowledged.
+"""The exactly-once commit: the one step in which archived partitions count.
 
-Entries whose detail is written wait here, unacknowledged, until a flush: every
-``flush_count`` entries or ``flush_interval_s`` seconds, whichever comes first. A flush calls
-down, in one direction: it counts each partition of the flush once (`split_counted`), builds
-their statistics (`stats.rollup_ops`, pure; ranges name workers by registry number) and runs
-one commit script (`ArchiveLayer.commit`) that sets their index bits, applies those statistics
-and acknowledges + deletes every entry.
-The script writes nothing if a counted partition already has its bit (a redelivered entry,
-another archiver) and names those; the flush moves them to the acknowledged-only entries and
-builds the statistics again. So a partition is counted exactly once however often its entry
-is delivered.
+Invariant: a partition is counted in the statistics and in the archived total exactly once,
+however often its queue entry is delivered, and a queue entry is acknowledged (and deleted) only
+by the step that counts its partition or finds it counted already. Nothing else acknowledges.
+
+That step is one call of ``layers/lua/commit.lua``. For the partitions it is asked to count it
+reads their index bits; if none is set it sets them, applies their statistics, adds them to the
+total (moving the tier up at a threshold), writes their detail when the detail travels with the
+commit (the simple tier, or a batch tier storing records unsealed in a critical backlog), and
+acknowledges + deletes every entry. If any bit is set already (a redelivered entry, another
+archiver) it writes nothing and names those partitions; `Committer` moves them to the
+acknowledge-only entries and builds the statistics again. Statistics naming workers by the
+numbers of a registry rebuilt meanwhile are refused the same way (`StaleWorkerNumbers`) and built
+again after a reload. A batch tier's detail is written before its commit: a crash between the two
+redelivers the entries, and the detail is written again, the same.
+
+This module owns the contract: its input (`Pending`: entry ids and their partitions as columns),
+the script's keys and arguments (`Committer.call`), its reply (`Committer.result`), its retry
+(`Committer.commit`) and when a commit is due (`CommitBuffer`).
+
+When: the seed's rule, statistics committed every `DEFAULT_FLUSH_COUNT` updates or
+`DEFAULT_FLUSH_INTERVAL_S` seconds. A commit is due as soon as that many entries wait or the
+oldest has waited that long, and it takes everything waiting then: a page of 500 entries read at
+once is one commit (one script call), and a trickle of completions is still committed every 100
+entries or 30 seconds.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
 
 from codec import ArchivedPartition, ValidationError
-from layers import ArchiveLayer, CommitResult, StaleWorkerNumbers
+from codec.page import Columns
+from layers import ArchiveLayer, StaleWorkerNumbers
+from layers.errors import CorruptMetadata, WrongKeyType
+from layers.keys import ARCHIVER_GROUP
 from layers.meta import stored_int
-from stats.rollup import DEFAULT_RANGE_WIDTH, rollup_ops
+from layers.replies import as_text
+from layers.scripts import Scripts
+from layers.tiers import Tier
+from stats.rollup import DEFAULT_RANGE_WIDTH, Op, rollup_ops
 
-#: One commit per page the archiver reads (``read_count``, 500): the commit script's cost is mostly
-#: the statistics fields it touches, about the same for 100 partitions as for 500, so a page per
-#: commit halves Redis's time per partition (``make bench ARGS=archiver``). Statistics still lag
-#: by at most ``DEFAULT_FLUSH_INTERVAL_S``.
-DEFAULT_FLUSH_COUNT = 500
+DEFAULT_FLUSH_COUNT = 100
 DEFAULT_FLUSH_INTERVAL_S = 30.0
+#: Where the detail of the counted partitions goes in the commit: nowhere (written already), into
+#: the simple hash, or into the simple hash with their batches noted for a later seal-up.
+Detail = Literal["", "simple", "unsealed"]
+_RETRIES = 3
 
 
-def split_counted(
-    entries: Sequence[tuple[str, ArchivedPartition]], already: set[int]
-) -> tuple[list[tuple[str, ArchivedPartition]], list[str]]:
-    """The entries to count (each pid once, none of ``already``) and those only to acknowledge."""
-    if not already and len({part.partition_id for _, part in entries}) == len(entries):
-        return list(entries), []  # the usual case: every pid new and once
-    counted: list[tuple[str, ArchivedPartition]] = []
-    ack_only: list[str] = []
-    seen: set[int] = set()
-    for entry_id, part in entries:
-        if part.partition_id in seen or part.partition_id in already:
-            ack_only.append(entry_id)
-        else:
-            seen.add(part.partition_id)
-            counted.append((entry_id, part))
-    return counted, ack_only
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    total: int
+    tier: Tier
+    newly_archived: int
 
 
-class CommitBuffer:
+@dataclass(slots=True)
+class Pending:
+    """Entries waiting for their commit: queue entry ids ('-' for an import, which has none) and
+    their partitions, as columns in the same order."""
+
+    entry_ids: list[str]
+    cols: Columns
+    detail: Detail = ""  # where the detail of these entries must travel with their commit ('': written)
+
+    def __len__(self) -> int:
+        return len(self.entry_ids)
+
+    @classmethod
+    def of(cls, entries: Sequence[tuple[str, ArchivedPartition]]) -> Pending:
+        return cls([entry_id for entry_id, _ in entries], Columns.of([part for _, part in entries]))
+
+
+class Call(NamedTuple):
+    """One call of commit.lua: its keys and arguments."""
+
+    keys: list[str]
+    args: list[Any]
+
+
+class Committer:
+    """Builds, runs and reads commit.lua calls for one namespace's archive."""
+
+    #: KEYS before the statistics hashes: index, queue, meta, registry, simple hash, unsealed set.
+    FIXED_KEYS = 6
+
     def __init__(
-        self,
-        archive: ArchiveLayer,
-        *,
-        flush_count: int = DEFAULT_FLUSH_COUNT,
-        flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
-        range_width: int = DEFAULT_RANGE_WIDTH,
-        clock: Callable[[], float] = time.monotonic,
+        self, archive: ArchiveLayer, range_width: int = DEFAULT_RANGE_WIDTH, clock: Callable[[], float] = time.time
     ) -> None:
-        if flush_count < 1 or flush_interval_s <= 0 or range_width < 1:
-            raise ValidationError("flush_count, flush_interval_s and range_width must be positive")
+        if range_width < 1:
+            raise ValidationError("range_width must be positive")
         self.archive = archive
-        self.flush_count = flush_count
-        self.flush_interval_s = flush_interval_s
         self.range_width = range_width
         self._clock = clock
-        self._entries: list[tuple[str, ArchivedPartition]] = []
-        self._since = 0.0
-        self.flushes = 0
-        self.round_trips = 0
         self._width_checked = False
+        self._scripts = Scripts.of(archive.redis)
+        self.commits = 0
+        self.round_trips = 0
 
-    @property
-    def pending(self) -> int:
-        return len(self._entries)
+    def call(self, pending: Pending, already: set[int] | frozenset[int] = frozenset()) -> Call:
+        """The call that commits ``pending``, each pid counted once and none of ``already``."""
+        counted, ack_only = _split(pending, already)
+        workers, generation = self.archive.workers.numbering(set(counted.cols.workers))
+        stats_keys, ops = rollup_ops(
+            counted.cols, self.archive.keys, self.range_width, int(self._clock()), workers, self.FIXED_KEYS + 1
+        )
+        return self._call(counted, ack_only, pending.detail, generation, stats_keys, ops)
 
-    def buffered_ids(self) -> set[str]:
-        """Queue entry ids waiting here for the next flush (delivered to this process already)."""
-        return {entry_id for entry_id, _ in self._entries}
+    def _call(
+        self,
+        counted: Pending,
+        ack_only: list[str],
+        detail: Detail,
+        generation: str | None,
+        stats_keys: list[str],
+        ops: list[Op],
+    ) -> Call:
+        k, policy = self.archive.keys, self.archive.policy
+        pids = counted.cols.pids
+        unsealed = ""
+        if detail == "unsealed" and pids:
+            batches = sorted({policy.batch_of(pid) for pid in pids})
+            unsealed = ",".join(map(str, [int(self._clock() * 1000), *batches]))
+        args: list[Any] = [
+            ARCHIVER_GROUP,
+            policy.compressed_from,
+            policy.summary_above,
+            ",".join(map(str, pids)),
+            ",".join([entry_id for entry_id in counted.entry_ids if entry_id != "-"]),
+            ",".join([entry_id for entry_id in ack_only if entry_id != "-"]),
+            max(pids, default=0),
+            generation if ops and generation else "",
+            detail if pids else "",
+            unsealed,
+        ]
+        if detail and pids:
+            args += counted.cols.details
+        args += [x for op in ops for x in op]
+        return Call([k.index, k.queue, k.archive_meta, k.workers, k.completed, k.unsealed, *stats_keys], args)
 
-    def add(self, entries: Sequence[tuple[str, ArchivedPartition]]) -> list[CommitResult]:
-        """Buffer entries whose detail is written; flush ``flush_count`` at a time when that many wait."""
-        if entries and not self._entries:
-            self._since = self._clock()
-        self._entries.extend(entries)
-        results = []
-        while len(self._entries) >= self.flush_count:
-            results.append(self.flush(self.flush_count))
-        return results
+    def result(self, reply: Any) -> CommitResult | list[int]:
+        """The script's reply: the result, or the pids already counted (nothing was written)."""
+        status = as_text(reply[0])
+        if status == "ok":
+            self.commits += 1
+            return CommitResult(int(reply[1]), Tier(as_text(reply[2])), int(reply[3]))
+        if status == "dup":
+            return [int(p) for p in reply[1:]]
+        k = self.archive.keys
+        if status == "stale_workers":
+            raise StaleWorkerNumbers(f"the worker registry {k.workers} changed meanwhile; nothing was committed")
+        what = as_text(reply[2])
+        if as_text(reply[1]) == "wrong_type":
+            raise WrongKeyType(what)
+        where = what if " " in what else f"{k.archive_meta} {what}"
+        raise CorruptMetadata(f"{where} is not a number partarchive wrote; nothing was committed")
 
-    def due(self) -> bool:
-        return bool(self._entries) and self._clock() - self._since >= self.flush_interval_s
-
-    def flush(self, limit: int | None = None) -> CommitResult:
-        """Commit the oldest ``limit`` buffered entries, or all (one round trip; two if one of
-        them was archived already). On failure they stay buffered, unacknowledged."""
-        cut = len(self._entries) if limit is None else limit
-        entries, self._entries = self._entries[:cut], self._entries[cut:]
+    def commit(self, pending: Pending, already: set[int] | None = None) -> CommitResult:
+        """Run the commit, again without the partitions found counted already (one round trip;
+        two if one of them was), or after reloading a registry that changed meanwhile."""
         self.check_range_width()
-        try:
-            result = self._commit(entries)
-        except BaseException:
-            self._entries = entries + self._entries  # nothing was acknowledged; try again later
-            raise
-        self.flushes += 1
-        if self._entries:
-            self._since = self._clock()
-        return result
-
-    def _commit(self, entries: list[tuple[str, ArchivedPartition]]) -> CommitResult:
-        already: set[int] = set()
-        registry = self.archive.workers
-        for _ in range(3):
-            counted, ack_only = split_counted(entries, already)
-            parts = [p for _, p in counted]
-            workers, generation = registry.numbering({p.worker_id for p in parts})
-            keys, ops = rollup_ops(parts, self.archive.keys, self.range_width, int(time.time()), workers)
-            self.round_trips += 1
+        found = set(already or ())
+        for _ in range(_RETRIES):
             try:
-                result = self.archive.commit(counted, ack_only, keys, ops, generation if parts else None)
+                result = self.result(self._run(self.call(pending, found)))
             except StaleWorkerNumbers:
-                registry.reload()
+                self.archive.workers.reload()
                 continue
             if isinstance(result, CommitResult):
                 return result
-            already.update(result)
+            found.update(result)
         raise RuntimeError("commit kept finding new duplicates; is another archiver misconfigured?")
+
+    def statistics_only(self, parts: Sequence[ArchivedPartition]) -> CommitResult:
+        """Apply the statistics of partitions that a bulk writer has already marked in the index
+        (the benchmarks' storage writers), through the same script, counting nothing."""
+        cols = Columns.of(parts)
+        workers, generation = self.archive.workers.numbering(set(cols.workers))
+        now = max(cols.completed_at, default=0)
+        stats_keys, ops = rollup_ops(cols, self.archive.keys, self.range_width, now, workers, self.FIXED_KEYS + 1)
+        result = self.result(self._run(self._call(Pending([], Columns()), [], "", generation, stats_keys, ops)))
+        if not isinstance(result, CommitResult):
+            raise RuntimeError("a commit that counts nothing found duplicates")
+        return result
+
+    def _run(self, call: Call) -> Any:
+        self.round_trips += 1
+        return self._scripts("commit", call.keys, call.args)
 
     def check_range_width(self) -> None:
         """Record the range width on first use; refuse a different one (it would split ranges)."""
@@ -141,3 +206,105 @@ class CommitBuffer:
                 f"not {self.range_width}: set PARTARCHIVE_STATS_RANGE_WIDTH={stored}"
             )
         self._width_checked = True
+
+
+def _split(pending: Pending, already: set[int] | frozenset[int]) -> tuple[Pending, list[str]]:
+    """The entries to count (each pid once, none of ``already``) and the ids only to acknowledge."""
+    pids = pending.cols.pids
+    if not already and len(set(pids)) == len(pids):
+        return pending, []  # the usual case: every pid new and once
+    keep: list[bool] = []
+    ack_only: list[str] = []
+    seen: set[int] = set()
+    for entry_id, pid in zip(pending.entry_ids, pids, strict=True):
+        fresh = pid not in seen and pid not in already
+        keep.append(fresh)
+        if fresh:
+            seen.add(pid)
+        else:
+            ack_only.append(entry_id)
+    counted_ids = [entry_id for entry_id, k in zip(pending.entry_ids, keep, strict=True) if k]
+    return Pending(counted_ids, pending.cols.select(keep), pending.detail), ack_only
+
+
+class CommitBuffer:
+    """Entries whose detail is written (or travels with the commit), waiting for their commit."""
+
+    def __init__(
+        self,
+        archive: ArchiveLayer,
+        *,
+        flush_count: int = DEFAULT_FLUSH_COUNT,
+        flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
+        range_width: int = DEFAULT_RANGE_WIDTH,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if flush_count < 1 or flush_interval_s <= 0 or range_width < 1:
+            raise ValidationError("flush_count, flush_interval_s and range_width must be positive")
+        self.committer = Committer(archive, range_width)
+        self.flush_count = flush_count
+        self.flush_interval_s = flush_interval_s
+        self._clock = clock
+        self._waiting = Pending([], Columns())
+        self._since = 0.0
+
+    @property
+    def archive(self) -> ArchiveLayer:
+        return self.committer.archive
+
+    @property
+    def pending(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def flushes(self) -> int:
+        return self.committer.commits
+
+    def buffered_ids(self) -> set[str]:
+        """Queue entry ids waiting here for the next commit (delivered to this process already)."""
+        return set(self._waiting.entry_ids)
+
+    def add_page(self, entry_ids: list[str], cols: Columns, detail: Detail = "") -> None:
+        """Buffer entries whose detail is written, or (``detail``) is to travel with their commit:
+        then the whole commit carries the detail of what it commits (written twice is the same)."""
+        if entry_ids and not self._waiting.entry_ids:
+            self._since = self._clock()
+        self._waiting.entry_ids.extend(entry_ids)
+        self._waiting.cols.extend(cols)
+        if detail and self._waiting.detail != "unsealed":
+            self._waiting.detail = detail
+
+    def add(self, entries: Sequence[tuple[str, ArchivedPartition]]) -> list[CommitResult]:
+        """Buffer entries whose detail is written; commit everything waiting once a commit is due."""
+        self.add_page([entry_id for entry_id, _ in entries], Columns.of([part for _, part in entries]))
+        return [self.flush()] if len(self._waiting) >= self.flush_count else []
+
+    def due(self) -> bool:
+        """Whether a commit is due: ``flush_count`` entries wait, or the oldest waited ``flush_interval_s``."""
+        waiting = len(self._waiting)
+        return waiting >= self.flush_count or (waiting > 0 and self._clock() - self._since >= self.flush_interval_s)
+
+    def take(self) -> Pending:
+        """Everything waiting, to commit (`restore` it if the commit fails)."""
+        taken, self._waiting = self._waiting, Pending([], Columns())
+        return taken
+
+    def restore(self, pending: Pending) -> None:
+        """Entries a commit did not take back in front (nothing of them was acknowledged)."""
+        rest = self._waiting
+        self._waiting = pending
+        self.add_page(rest.entry_ids, rest.cols, rest.detail)
+        self._since = self._clock() - self.flush_interval_s if len(self._waiting) else 0.0
+
+    def flush(self) -> CommitResult:
+        """Commit everything waiting (one round trip; two if some was archived already). On
+        failure it stays buffered, unacknowledged."""
+        pending = self.take()
+        try:
+            return self.committer.commit(pending)
+        except BaseException:
+            self.restore(pending)
+            raise
+
+    def check_range_width(self) -> None:
+        self.committer.check_range_width()

@@ -15,6 +15,7 @@ from itertools import groupby
 from operator import sub
 
 from codec import ArchivedPartition, ValidationError, WorkerMap
+from codec.page import Columns
 from layers import KeySchema
 from stats.fields import id_names, numbered_names
 
@@ -48,18 +49,20 @@ class RollupBuilder:
         if current is None or value > current:
             self._maxs[(key, field)] = value
 
-    def build(self) -> tuple[list[str], list[Op]]:
+    def build(self, first: int = 0) -> tuple[list[str], list[Op]]:
+        """The keys touched and the ops, each naming its key by position in that list plus ``first``
+        (a script's KEYS index when the keys follow ``first - 1`` others)."""
         positions: dict[str, int] = {}
         ops: list[Op] = []
         for op, table in (("+", self._adds), ("<", self._mins), (">", self._maxs)):
             for (key, field), value in table.items():
-                ops.append((positions.setdefault(key, len(positions)), op, field, value))
+                ops.append((positions.setdefault(key, len(positions) + first), op, field, value))
         return list(positions), ops
 
 
 def add_partitions(
     builder: RollupBuilder,
-    parts: Sequence[ArchivedPartition],
+    parts: Sequence[ArchivedPartition] | Columns,
     keys: KeySchema,
     range_width: int,
     numbers: WorkerMap | None,
@@ -79,9 +82,20 @@ def add_partitions(
     counts are taken by builtins over each run of partitions in one statistics range (one run
     per range when the ids come sorted), and only the per-(range, worker) sums are a loop.
     """
-    if not parts:
+    if not len(parts):
         return
-    pids, los, his, workers, ats, durations = zip(*parts, strict=True)
+    pids: Sequence[int]
+    los: Sequence[int]
+    his: Sequence[int]
+    workers: Sequence[str]
+    ats: Sequence[int]
+    durations: Sequence[int]
+    if isinstance(parts, Columns):
+        pids, los, his, workers, ats, durations = (
+            parts.pids, parts.min_ids, parts.max_ids, parts.workers, parts.completed_at, parts.durations
+        )
+    else:
+        pids, los, his, workers, ats, durations = zip(*parts, strict=True)
     spans = list(map(sub, his, los))  # processed data is span + 1 per partition
     r_nos = [pid // range_width for pid in pids]
     ranges: dict[int, list[int]] = {}
@@ -180,12 +194,18 @@ def _day_name(day: int) -> str:
 
 
 def rollup_ops(
-    parts: Sequence[ArchivedPartition], keys: KeySchema, range_width: int, now: int, numbers: WorkerMap
+    parts: Sequence[ArchivedPartition] | Columns,
+    keys: KeySchema,
+    range_width: int,
+    now: int,
+    numbers: WorkerMap,
+    first_key: int = 0,
 ) -> tuple[list[str], list[Op]]:
-    """The commit's keys and ops for ``parts``; ``numbers`` (the registry's) numbers every worker among them."""
-    if not parts:
+    """The commit's keys and ops for ``parts``; ``numbers`` (the registry's) numbers every worker
+    among them; ops name their keys by position from ``first_key`` (`RollupBuilder.build`)."""
+    if not len(parts):
         return [], []
     builder = RollupBuilder()
     add_partitions(builder, parts, keys, range_width, numbers)
     builder.keep_max(keys.stats_global, "last_updated", now)
-    return builder.build()
+    return builder.build(first_key)

@@ -13,7 +13,8 @@ from collections.abc import Callable
 import redis
 
 from codec import ArchivedPartition
-from layers import ActiveLayer, ArchiveLayer, CommitResult, KeySchema
+from layers import ActiveLayer, ArchiveLayer, KeySchema
+from stats.commit import CommitResult, Committer, Pending
 
 
 def complete_partitions(client: redis.Redis, namespace: str, count: int, worker: str = "w") -> list[int]:
@@ -27,18 +28,15 @@ def complete_partitions(client: redis.Redis, namespace: str, count: int, worker:
 
 
 def archive_now(layer: ArchiveLayer, entries: list[tuple[str, ArchivedPartition]]) -> CommitResult:
-    """Write the entries' detail and commit them (index bits, acknowledgement) without statistics:
-    for tests of the storage alone, where an expired partition has no rollup to fall back on."""
-    from stats.commit import split_counted
-
+    """Write the entries' detail and commit them (index bits, acknowledgement) through the
+    archiver's commit, then drop the statistics it wrote: for tests of the storage alone, where an
+    expired partition has no rollup to fall back on."""
     layer.write_detail([part for _, part in entries])
-    already: set[int] = set()
-    while True:
-        counted, ack_only = split_counted(entries, already)
-        result = layer.commit(counted, ack_only)
-        if isinstance(result, CommitResult):
-            return result
-        already.update(result)
+    result = Committer(layer).commit(Pending.of(entries))
+    stats_keys = list(layer.redis.scan_iter(match=layer.keys.stats_global.replace("global", "*")))
+    if stats_keys:
+        layer.redis.delete(*stats_keys)
+    return result
 
 
 def cli_env(url: str, namespace: str, **extra: str) -> dict[str, str]:

@@ -17,6 +17,7 @@ from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy, WrongKeyType
 from layers.errors import CorruptMetadata
 from layers.liveness import Liveness
+from stats.commit import Committer, Pending
 from tests.helpers import complete_partitions, run_cli
 
 
@@ -155,13 +156,14 @@ def test_commit_refuses_a_tampered_statistics_counter_before_any_write(
     ArchiveQueue(real_redis, keys).ensure_group()
     real_redis.hset(keys.stats_global, "completed", "lots")
     part = ArchivedPartition(1, 1, 10, "w", 1_700_000_000, 5)
+    committer = Committer(archive)
     with pytest.raises(CorruptMetadata, match="completed"):
-        archive.commit([("-", part)], (), [keys.stats_global], [(0, "+", "completed", 1)])
+        committer.commit(Pending.of([("-", part)]))
     assert real_redis.bitcount(keys.index) == 0 and not real_redis.exists(keys.archive_meta)
     real_redis.delete(keys.stats_global)
     real_redis.rpush(keys.stats_global, "x")
     with pytest.raises(WrongKeyType, match=keys.stats_global):
-        archive.commit([("-", part)], (), [keys.stats_global], [(0, "+", "completed", 1)])
+        committer.commit(Pending.of([("-", part)]))
     assert real_redis.bitcount(keys.index) == 0
 
 

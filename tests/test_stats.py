@@ -52,11 +52,13 @@ def test_flush_by_count(real_redis: redis.Redis, namespace: str) -> None:
         namespace,
         known_parts() + [ArchivedPartition(p, p * 10, p * 10 + 9, "w", T0, 1) for p in range(11, 26)],
     )
-    acc.archive.write_detail([p for _, p in entries])
-    results = acc.add(entries)
-    assert len(results) == 2 and acc.pending == 5 and acc.flushes == 2
-    assert StatsReader(real_redis, namespace).stats()["completed"]["total_completed"] == 20
-    assert real_redis.xlen(KeySchema(namespace).queue) == 5  # the rest is not acknowledged yet
+    ArchiveLayer(real_redis, KeySchema(namespace)).write_detail([p for _, p in entries])
+    assert acc.add(entries[:9]) == [] and acc.pending == 9 and not acc.due()
+    assert real_redis.xlen(KeySchema(namespace).queue) == 25  # nothing acknowledged before the commit
+    results = acc.add(entries[9:])  # 25 wait: a commit is due, and it takes all of them (one script call)
+    assert len(results) == 1 and acc.pending == 0 and acc.flushes == 1
+    assert StatsReader(real_redis, namespace).stats()["completed"]["total_completed"] == 25
+    assert real_redis.xlen(KeySchema(namespace).queue) == 0
 
 
 def test_flush_by_time(real_redis: redis.Redis, namespace: str, clock: Clock) -> None:
@@ -73,13 +75,13 @@ def test_flush_by_time(real_redis: redis.Redis, namespace: str, clock: Clock) ->
 
 
 def test_daemon_flushes_by_time_in_its_loop(real_redis: redis.Redis, namespace: str) -> None:
-    config = Config(namespace=namespace, block_ms=20, stats_flush_interval_s=0.3, maintenance_interval_s=0)
+    config = Config(namespace=namespace, block_ms=20, stats_flush_interval_s=2.0, maintenance_interval_s=0)
     daemon = ArchiverDaemon(real_redis, config, consumer="t")
     daemon.queue.ensure_group()
     complete_partitions(real_redis, namespace, 7)
     daemon.run_once()
-    assert daemon.stats.pending == 7
-    wait_for(lambda: daemon.run_once() >= 0 and daemon.stats.pending == 0, what="timed flush")
+    assert daemon.commit_buffer.pending == 7
+    wait_for(lambda: daemon.run_once() >= 0 and daemon.commit_buffer.pending == 0, what="timed flush")
     assert StatsReader(real_redis, namespace).stats()["completed"]["total_completed"] == 7
 
 

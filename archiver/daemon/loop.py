@@ -26,16 +26,11 @@ import structlog
 from archiver.config import Config
 from archiver.daemon.backlog import BacklogGuard
 from archiver.daemon.pacing import MaintenancePacer
+from archiver.daemon.pages import PageArchiver
 from archiver.daemon.shutdown import GracefulShutdown
-from archiver.metrics import CONSUMERS_REMOVED, GROUP_RECREATED, STATS_FLUSHES
+from archiver.metrics import CONSUMERS_REMOVED, GROUP_RECREATED
 from archiver.namespace import Namespace
-from codec import ArchivedPartition, DecodeError
-from codec.elk import ElkRecord, as_archived, parse_archived
 from layers import (
-    MAX_PARTITION_ID,
-    CommitResult,
-    QueueEntry,
-    Tier,
     migrate_step,
 )
 from layers.errors import CorruptMetadata, WrongKeyType
@@ -70,10 +65,7 @@ class ArchiverDaemon:
         self.keys = ns.keys
         self.queue = ns.queue
         self.archive = ns.archive
-        self.stats = ns.commit_buffer()
         self.consumer = consumer or default_consumer_name()
-        self.archived = 0
-        self.dead_lettered = 0
         self._stop = stop or threading.Event()
         self._next_maintenance = 0.0
         self._next_take_over = 0.0  # XAUTOCLAIM: every round while it finds entries, else at most every second
@@ -88,14 +80,16 @@ class ArchiverDaemon:
         self.has_lock = False
         self.liveness = ns.liveness
         self.backlog = BacklogGuard(ns)
+        self.pages = PageArchiver(
+            ns, self.consumer, self.backlog, float(os.environ.get("PARTARCHIVE_FAULT_PAUSE_AFTER_READ", "0"))
+        )
+        self.commit_buffer = self.pages.commit_buffer
         self.started = time.time()
         self._next_beat = 0.0
         self._beat_archived = 0
         self._beat_at = time.monotonic()
         self._failures = 0  # rounds failed in a row (backoff)
         self._verify_due = False  # re-check the archive against the index (after the group was lost)
-        self._tier = Tier.SIMPLE
-        self._pause_after_read_s = float(os.environ.get("PARTARCHIVE_FAULT_PAUSE_AFTER_READ", "0"))
         self.pacer = MaintenancePacer(
             config.maintenance_slice_s,
             config.policy.migrate_chunk // config.policy.batch_size,
@@ -154,13 +148,14 @@ class ArchiverDaemon:
             )
         self.queue.ensure_group()
         self.archive.set_retention(self.config.retention_s, only_if_unset=True)
-        self._process(self.queue.read_own_pending(self.consumer, self.config.read_count))
+        self.pages.archive_entries(self.queue.read_own_pending(self.consumer, self.config.read_count))
 
     def finish(self) -> None:
         """Flush what is buffered, hand the maintenance lock back and leave the live set."""
         try:
             self.flush()
         finally:
+            self.pages.close()
             self.release_lock()
             self.leave()
             log.info("archiver stopped", consumer=self.consumer, archived=self.archived)
@@ -173,19 +168,25 @@ class ArchiverDaemon:
             raise wrong
         self.archive.check_meta()
         self.archive.check_batch_size()
-        self.stats.check_range_width()
+        self.commit_buffer.check_range_width()
 
     def flush(self) -> None:
-        """Commit what the statistics accumulator holds (also done on stop).
+        """Commit what is buffered (also done on stop).
 
         If Redis is gone the entries stay pending and are redelivered to another archiver.
         """
-        if not self.stats.pending:
-            return
         try:
-            self._note(self.stats.flush())
+            self.pages.commit()
         except (redis.RedisError, CorruptMetadata, WrongKeyType) as exc:
             log.warning("final flush failed; entries stay pending for another archiver", error=str(exc))
+
+    @property
+    def archived(self) -> int:
+        return self.pages.archived
+
+    @property
+    def dead_lettered(self) -> int:
+        return self.pages.dead_lettered
 
     def release_lock(self) -> None:
         if self.has_lock:
@@ -218,7 +219,7 @@ class ArchiverDaemon:
                 self.started,
                 0.0,
                 round(rate, 1),
-                self.stats.pending,
+                self.pages.waiting,
                 self.archived,
                 stale_after_s=max(STALE_AFTER_S, 3 * self.config.health_interval_s),
             )
@@ -282,31 +283,29 @@ class ArchiverDaemon:
     def _round(self, block_ms: int) -> int:
         cfg = self.config
         self.beat()
-        entries: list[QueueEntry] = []
+        handled = 0
         started = time.monotonic()
         if started >= self._next_take_over:
             entries = self.queue.take_over(self.consumer, cfg.claim_idle_ms, cfg.read_count)
             if entries:
                 log.info("took over idle entries", count=len(entries))
+                handled = self.pages.archive_entries(entries)
+                self.pages.commit_if_due()
             elif self.queue.claim_scan_done:  # none idle long enough: an entry needs claim_idle_ms to become so
                 self._next_take_over = started + min(TAKE_OVER_EVERY_S, cfg.claim_idle_ms / 10_000)
-            started = time.monotonic()
-        if not entries:
-            entries = self.queue.read_new(self.consumer, cfg.read_count, block_ms)
-            started = time.monotonic()  # the wait for new entries is idle time, not work
-        handled = self._process(entries)
-        return handled + self.maintain(busy_s=time.monotonic() - started if handled else 0.0)
+        if not handled:
+            handled = self.pages.read(block_ms)
+            started += self.pages.read_wait_s  # a wait for new entries is idle time, not work
+        busy_s = time.monotonic() - started if handled else 0.0
+        return handled + self.maintain(busy_s=busy_s)
 
     def maintain(self, *, force: bool = False, busy_s: float = 0.0) -> int:
-        """Flush due statistics; seal idle batches (every ``maintenance_interval_s``); and, holding
-        the maintenance lock, advance tier moves, expiry sweeps and adoption.
+        """Seal idle batches and follow the backlog's mode (every ``maintenance_interval_s``); and,
+        holding the maintenance lock, advance tier moves, expiry sweeps and adoption (commits are
+        the read path's: `PageArchiver.read`).
 
         Maintenance yields to the live queue (see `MaintenancePacer`).
         """
-        flushed = 0
-        if self.stats.due():
-            flushed = self.stats.pending
-            self._note(self.stats.flush())
         now = time.monotonic()
         done = 0
         if force or now >= self._next_maintenance:
@@ -318,7 +317,7 @@ class ArchiverDaemon:
             self.has_lock = held
             done += self.backlog.tick(held)
         if not self.has_lock:
-            return flushed + done
+            return done
         hold = self.backlog.skipping
         steps = self.pacer.run(
             busy_s, lambda n: migrate_step(self.archive, max_batches=n, hold_seals=hold) or self.compactor.step()
@@ -334,7 +333,7 @@ class ArchiverDaemon:
                 indexed=report.indexed,
                 differences=len(report.differences),
             )
-        return flushed + done + steps + self._adopt(now)
+        return done + steps + self._adopt(now)
 
     def _adopt(self, now: float) -> int:
         """Import what elk_coordinator's Go workers completed (``adopt_elk``), every ``adopt_interval_s``."""
@@ -345,50 +344,6 @@ class ArchiverDaemon:
         if adopted:
             log.info("adopted elk_coordinator completions", count=adopted)
         return adopted
-
-    def _process(self, entries: list[QueueEntry]) -> int:
-        if not entries:
-            return 0
-        if self.stats.pending:  # claimed back while waiting for the flush here: already handled
-            held = self.stats.buffered_ids()
-            entries = [e for e in entries if e.entry_id not in held]
-        poison = [e for e in entries if e.deliveries > self.config.max_deliveries]
-        if poison:
-            for entry in poison:
-                reason = f"not archived after {entry.deliveries - 1} deliveries"
-                self.queue.dead_letter(entry, reason)
-                self.dead_lettered += 1
-                log.error("dead-lettered queue entry", entry=entry.entry_id, reason=reason)
-            entries = [e for e in entries if e.deliveries <= self.config.max_deliveries]
-        if self._pause_after_read_s:
-            time.sleep(self._pause_after_read_s)
-        good: list[tuple[str, ArchivedPartition]] = []
-        detail: list[ArchivedPartition | ElkRecord] = []
-        for entry in entries:
-            try:
-                record = parse_archived(entry.payload)
-                part = as_archived(record)
-                if part.partition_id > MAX_PARTITION_ID:
-                    raise DecodeError(f"partition id {part.partition_id} is beyond the index")
-            except DecodeError as exc:
-                self.queue.dead_letter(entry, str(exc))
-                self.dead_lettered += 1
-                log.error("dead-lettered queue entry", entry=entry.entry_id, reason=str(exc))
-                continue
-            good.append((entry.entry_id, part))
-            detail.append(record)
-        if good:
-            self.archive.write_detail(detail, unsealed=self.backlog.skipping)
-            self.archived += len(good)
-            for result in self.stats.add(good):
-                self._note(result)
-        return len(entries)
-
-    def _note(self, result: CommitResult) -> None:
-        STATS_FLUSHES.labels(namespace=self.keys.namespace).inc()
-        if result.tier is not self._tier:
-            log.info("tier changed", tier=result.tier.value, total=result.total)
-            self._tier = result.tier
 
 
 def backoff_s(failures: int) -> float:

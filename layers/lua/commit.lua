@@ -1,27 +1,35 @@
 -- Commit archived partitions, exactly once: set their index bits, count the new ones, move
--- the tier up when the total crosses a threshold, apply their statistics, and acknowledge +
--- delete their queue entries, all in one step. If any counted partition already has its
--- index bit (a redelivered entry), nothing is written and the duplicates are returned, so
--- the caller can rebuild the statistics without them and move them to the ack-only list.
--- Ids travel as comma-separated lists (one argument each, not one per id) and the bits are
--- read and set by BITFIELD, 1,000 per call: this runs for every archived partition.
+-- the tier up when the total crosses a threshold, apply their statistics, write their detail
+-- when it travels with the commit, and acknowledge + delete their queue entries, all in one
+-- step. If any counted partition already has its index bit (a redelivered entry), nothing is
+-- written and the duplicates are returned, so the caller can rebuild the statistics without
+-- them and move them to the ack-only list. The caller's side of this contract is
+-- stats/commit.py. Ids travel as comma-separated lists (one argument each, not one per id) and
+-- the bits are read and set by BITFIELD, 1,000 per call: this runs for every archived partition.
 -- Range hashes name workers by their registry number: the numbers are those of the registry
 -- generation in ARGV[8], and if the registry holds another one (it was lost and rebuilt since
 -- the caller read it), nothing is written.
 -- KEYS[1] index bitmap   KEYS[2] archive queue   KEYS[3] archive meta hash
 -- KEYS[4] worker registry (worker_id -> short number; its field '' is the generation)
--- KEYS[5..] statistics hashes (the ops below address them by position in KEYS)
+-- KEYS[5] the simple tier's hash (pid -> JSON)   KEYS[6] batches stored unsealed (zset)
+-- KEYS[7..] statistics hashes (the ops below address them by position in KEYS)
 -- ARGV[1] consumer group   ARGV[2] compressed_from   ARGV[3] summary_above
 -- ARGV[4] counted pids, comma-separated
 -- ARGV[5] their queue entry ids, comma-separated ('' for an import, which has no entries)
 -- ARGV[6] entry ids to acknowledge only, comma-separated ('' if none)
 -- ARGV[7] the largest counted pid (0 if none)
 -- ARGV[8] the registry generation the worker numbers of the ops belong to ('' when none is used)
--- ARGV[9..] quads until the end: key index, op, field, value (op: '+' add, '<' keep min, '>' keep
+-- ARGV[9] where the counted partitions' detail goes: '' (written already), 'simple' (into KEYS[5])
+--         or 'unsealed' (into KEYS[5], a batch tier's records kept unsealed in a critical backlog)
+-- ARGV[10] with 'unsealed': 'now_ms,batch,batch,...' for KEYS[6] ('' otherwise)
+-- ARGV[11 .. 10+n] with a detail: the detail JSON of each counted pid, in the order of ARGV[4]
+-- then quads until the end: key index, op, field, value (op: '+' add, '<' keep min, '>' keep
 --           max), exact whatever the size (_decimal.lua): a sum past 2^63 is kept as it is
 -- Returns {'dup', pid...} or {'ok', total archived, tier, n}; {'stale_workers'},
 -- {'err', 'wrong_type', what} or {'err', 'corrupt_meta', field} (nothing written) when the
 -- registry changed, or a key or the meta hash is not ours.
+-- The tier rule mirrors layers/tiers.py TierPolicy.tier_after: simple below compressed_from,
+-- compressed from it, summary above summary_above; a stored tier never moves down.
 -- whether a comes before b: exactly for integers (ids pass 2^53), as numbers otherwise
 local function less(a, b)
   if string.match(a, '^%-?%d+$') and string.match(b, '^%-?%d+$') then
@@ -59,8 +67,8 @@ local function ack(ids)
   end
 end
 
-local kinds = {'string', 'stream', 'hash', 'hash'}
-for i = 5, #KEYS do
+local kinds = {'string', 'stream', 'hash', 'hash', 'hash', 'zset'}
+for i = 7, #KEYS do
   kinds[i] = 'hash'
 end
 local bad_type = wrong_type(kinds)
@@ -81,8 +89,14 @@ if meta[3] and not rank[meta[3]] then
   return {'err', 'corrupt_meta', 'tier'}
 end
 -- every statistics field the ops touch, one HMGET per key: checked here, reused below
+local pids = split(ARGV[4])
+local n = #pids
+local first_op = 11
+if ARGV[9] ~= '' then
+  first_op = 11 + n
+end
 local current, fields_of = {}, {}
-for i = 9, #ARGV, 4 do
+for i = first_op, #ARGV, 4 do
   local k = tonumber(ARGV[i])
   fields_of[k] = fields_of[k] or {}
   table.insert(fields_of[k], i)
@@ -106,8 +120,6 @@ for k, ops in pairs(fields_of) do
     current[i] = value
   end
 end
-local pids = split(ARGV[4])
-local n = #pids
 local dups, sets = {}, {}
 for first = 1, n, 1000 do
   local last = math.min(n, first + 999)
@@ -128,10 +140,32 @@ local max_pid = math.max(meta_max, tonumber(ARGV[7]))
 for _, set in ipairs(sets) do
   redis.call('BITFIELD', KEYS[1], unpack(set))
 end
+if ARGV[9] ~= '' then
+  for first = 1, n, 500 do
+    local last = math.min(n, first + 499)
+    local pairs_ = {}
+    for i = first, last do
+      pairs_[#pairs_ + 1] = pids[i]
+      pairs_[#pairs_ + 1] = ARGV[10 + i]
+    end
+    redis.call('HSET', KEYS[5], unpack(pairs_))
+  end
+  if ARGV[9] == 'unsealed' then
+    local batches = split(ARGV[10])
+    local members = {}
+    for i = 2, #batches do
+      members[#members + 1] = batches[1]
+      members[#members + 1] = batches[i]
+    end
+    if #members > 0 then
+      redis.call('ZADD', KEYS[6], unpack(members))
+    end
+  end
+end
 ack(split(ARGV[5]))
 ack(split(ARGV[6]))
 local keep = {}
-for i = 9, #ARGV, 4 do
+for i = first_op, #ARGV, 4 do
   local k, op, field, value = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local old = current[i]
   if op == '+' then
