@@ -1,16 +1,30 @@
-# Every target creates or reuses the virtual environment .venv and installs into it.
+# Every target creates or reuses the virtual environment .venv and installs into it, from the lock
+# files in requirements/ (every package pinned with its hashes): uv from bootstrap.lock through pip, then
+# everything else from dev.lock through uv, then partarchive itself, editable, without its dependencies.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+UV := $(BIN)/uv
+UV_STAMP := $(VENV)/.uv
 STAMP := $(VENV)/.installed
+COMPILE := $(UV) pip compile --quiet --universal --python-version 3.11 --generate-hashes $(ARGS)
 
-.PHONY: install demo test lint bench chaos clean
+.PHONY: install lock demo test lint bench chaos clean
 
-$(STAMP): pyproject.toml
+$(UV_STAMP): requirements/bootstrap.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --require-hashes -r requirements/bootstrap.lock
+	touch $(UV_STAMP)
+
+$(STAMP): $(UV_STAMP) pyproject.toml requirements/dev.lock
+	$(UV) pip sync --quiet --python $(BIN)/python --require-hashes requirements/bootstrap.lock requirements/dev.lock
+	$(UV) pip install --quiet --python $(BIN)/python --no-deps --no-build-isolation -e .
 	touch $(STAMP)
+
+# Re-resolve the lock files from pyproject.toml and requirements/*.in (ARGS=--upgrade: newest releases).
+lock: $(UV_STAMP)
+	$(COMPILE) -o requirements/bootstrap.lock requirements/bootstrap.in
+	$(COMPILE) -o requirements/dev.lock pyproject.toml requirements/build.in --extra dev
 
 install: $(STAMP)
 

@@ -63,13 +63,19 @@ def start_series(namespace: str) -> None:
 
 
 class LayerStateCollector(Collector):
-    """Reads the layers' state from Redis in one round trip per scrape."""
+    """Reads the layers' state from Redis in one round trip per scrape.
 
-    def __init__(self, redis_client: redis.Redis, keys: KeySchema, group: str = "archivers") -> None:
-        self.redis = redis_client
-        self.keys = keys
+    ``archive`` is the namespace's own archive layer (`archiver.namespace.Namespace.archive`):
+    its tier policy is the configured one, so the transition backlog, rate and ETA are measured
+    against the tier the daemon moves to.
+    """
+
+    def __init__(self, archive: ArchiveLayer, group: str = "archivers") -> None:
+        self.archive = archive
+        self.redis = archive.redis
+        self.keys: KeySchema = archive.keys
         self.group = group
-        self.namespace = keys.namespace
+        self.namespace = archive.keys.namespace
 
     def _gauge(self, name: str, text: str, value: float | None = None, labels: tuple[str, ...] = ()) -> Any:
         family = GaugeMetricFamily(name, text, labels=["namespace", *labels])
@@ -151,7 +157,7 @@ class LayerStateCollector(Collector):
         json_bytes = stored_int(k.archive_meta, "sealed_json_bytes", meta.get("sealed_json_bytes"), default=0)
         ratio = json_bytes / blob_bytes if blob_bytes else 0.0
         yield gauge("partarchive_compression_ratio", "JSON bytes over sealed blobs' bytes, every seal so far.", ratio)
-        state = transition_state(ArchiveLayer(self.redis, self.keys))
+        state = transition_state(self.archive)
         eta = -1 if state.move_eta_s is None else state.move_eta_s
         for name, text, value in (
             ("transition_backlog", "Records still in the simple hash above the simple tier.", state.simple_left),
@@ -236,8 +242,8 @@ class LayerStateCollector(Collector):
         return family
 
 
-def register_state_collector(redis_client: redis.Redis, keys: KeySchema) -> LayerStateCollector:
-    start_series(keys.namespace)
-    collector = LayerStateCollector(redis_client, keys)
+def register_state_collector(archive: ArchiveLayer) -> LayerStateCollector:
+    start_series(archive.keys.namespace)
+    collector = LayerStateCollector(archive)
     REGISTRY.register(collector)
     return collector

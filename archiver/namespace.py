@@ -14,12 +14,14 @@ from functools import cached_property
 import redis
 
 from archiver.config import Config
+from codec import ValidationError
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy
 from layers.archival import ArchivalSwitch
 from layers.liveness import Liveness
 from layers.maintenance import MaintenanceLock
 from layers.pressure import BacklogPressure
 from layers.progress import ProgressLog
+from layers.replies import as_text
 from stats import StatsCompactor, StatsReader
 from stats.commit import CommitBuffer
 
@@ -32,6 +34,38 @@ class Namespace:
         self.config = config
         self.keys: KeySchema = config.keys
         self.policy: TierPolicy = config.policy
+
+    @classmethod
+    def bound(cls, client: redis.Redis, config: Config) -> Namespace:
+        """The namespace with the elk_coordinator KeyPrefix the server keeps for it (`remember_binding`),
+        so ``--namespace`` alone reaches a bound namespace; a different configured prefix is refused."""
+        ns = cls(client, config)
+        stored = ns.stored_binding()
+        if stored is None or stored == config.elk_prefix:
+            return ns
+        if config.elk_prefix is not None:
+            raise ns._contradiction(stored)
+        return cls(client, replace(ns.config, elk_prefix=stored))
+
+    def stored_binding(self) -> str | None:
+        raw = self.redis.get(self.keys.elk_binding)
+        return None if raw is None else as_text(raw)
+
+    def remember_binding(self) -> None:
+        """Keep the namespace's KeyPrefix in Redis (once; a different one stored is refused), so every
+        command finds the binding from the namespace alone. Done by the writers: the daemon, the import."""
+        prefix = self.config.elk_prefix
+        if prefix is None or self.redis.set(self.keys.elk_binding, prefix, nx=True):
+            return
+        stored = self.stored_binding()
+        if stored is not None and stored != prefix:
+            raise self._contradiction(stored)
+
+    def _contradiction(self, stored: str) -> ValidationError:
+        return ValidationError(
+            f"namespace {self.config.namespace!r} is bound to elk_coordinator KeyPrefix {stored!r}, "
+            f"not {self.config.elk_prefix!r}: drop --elk-prefix (PARTARCHIVE_ELK_PREFIX) or give {stored!r}"
+        )
 
     def exists(self) -> bool:
         """Whether the server holds anything of this namespace: partitions, counters, queue or archive."""

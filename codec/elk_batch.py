@@ -8,6 +8,12 @@ member holding ``partition_count`` records back to back, each (little-endian):
 
 The worker number is a 1-based position in the ``workers`` sorted set as the writer saw it:
 the caller resolves it (see `layers.elk`). Decoding anything malformed raises `DecodeError`.
+
+A range of 2^32 ids or more does not fit the 32-bit count: Go's reader gives back ``max_id =
+min_id + (count mod 2^32) - 1``, which for a count of 0 (a multiple of 2^32 ids) is below
+``min_id``. `ElkBatchEntry.max_id` then takes the smallest range consistent with the batch,
+``min_id + 2^32 - 1``, and says so (`ElkBatchEntry.widened`); a range cut to a non-zero
+count cannot be told from a short one.
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ from codec.errors import DecodeError, ValidationError
 from codec.gojson import GoTime
 
 _RECORD = struct.Struct("<IqIHBIIH")
+_INT64_MAX = (1 << 63) - 1
+#: The ids a stored range count of 0 stands for, at the least (the count is 32 bits).
+CUT_RANGE = 1 << 32
 STATUS_CODES = ("pending", "claimed", "running", "completed", "failed")
 _MAX_ERROR = 65535
 
@@ -44,10 +53,21 @@ class ElkBatchEntry(NamedTuple):
     error: str
 
     @property
-    def max_id(self) -> int:
+    def go_max_id(self) -> int:
         """As Go's reader computes it: ``min_id + range - 1`` in wrapping int64."""
         value = (self.min_id + self.range_count - 1) & 0xFFFF_FFFF_FFFF_FFFF
         return value - (1 << 64) if value >= 1 << 63 else value
+
+    @property
+    def widened(self) -> bool:
+        """The stored count is 0 (2^32 ids or a multiple, cut by the 32-bit field) and the smallest
+        range consistent with it, ``min_id .. min_id + 2^32 - 1``, fits in int64: `max_id` is that."""
+        return self.range_count == 0 and self.min_id <= _INT64_MAX - CUT_RANGE + 1
+
+    @property
+    def max_id(self) -> int:
+        """Go's `go_max_id`, except for a `widened` range: ``min_id + 2^32 - 1``."""
+        return self.min_id + CUT_RANGE - 1 if self.widened else self.go_max_id
 
     def to_record(self, worker_id: str) -> ElkRecord:
         """The record Go's reader rebuilds (UTC times, no options, version 0, zero heartbeat)."""

@@ -29,6 +29,15 @@ def check_int(name: str, value: Any, lo: int, hi: int) -> int:
     return value
 
 
+def check_seconds(name: str, value: Any) -> float:
+    """A positive, finite number of seconds (an int or a float; not a bool, a string or NaN)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    if not 0 < value < float("inf"):
+        raise ValidationError(f"{name} must be a positive number of seconds, got {value}")
+    return float(value)
+
+
 def check_pid(value: Any) -> int:
     return check_int("partition_id", value, 1, MAX_ID)
 

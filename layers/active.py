@@ -33,6 +33,7 @@ from codec.validate import (
     MAX_PARTITION_ID,
     MIN_INT64,
     check_int,
+    check_seconds,
     check_text,
     check_worker_id,
 )
@@ -102,14 +103,12 @@ class ActiveLayer:
     ) -> None:
         self.redis = redis_client
         self.keys = KeySchema.of(namespace, cluster, elk_prefix, client=redis_client)
-        if not lease_timeout > 0:
-            raise ValidationError("lease_timeout must be positive")
         if record_format is None:
             record_format = "native" if self.keys.elk_prefix is None else "elk"
         if record_format not in RECORD_FORMATS:
             raise ValidationError(f"record_format must be native or elk, got {record_format!r}")
         self.record_format = record_format
-        self.lease_timeout = lease_timeout
+        self.lease_timeout = check_seconds("lease_timeout", lease_timeout)
         self._clock = clock or ServerClock(redis_client)  # leases compare times of several hosts
         self._scripts = Scripts.of(redis_client)
         self._next_sync = 0.0

@@ -59,7 +59,20 @@ class Item(NamedTuple):
     source: str
     field: str
     raw: bytes
-    flag: str | None = None
+    flag: str | None = None  # why its worker is uncertain
+    widened: bool = False  # a Go batch's range cut at 32 bits, imported as the smallest it allows
+
+    @property
+    def note(self) -> str | None:
+        """Why the imported record is uncertain, as the import keeps it: its worker, its range, or both."""
+        notes = [self.flag] if self.flag else []
+        if self.widened:
+            lo, hi = self.archived.min_id, self.archived.max_id
+            notes.append(
+                f"a range of 2^32 ids or more, cut by Go's batch (Go reads max_id {lo - 1}): "
+                f"imported as the smallest range the batch allows, {lo}..{hi}"
+            )
+        return "; ".join(notes) or None
 
     @property
     def detail(self) -> bytes:
@@ -202,7 +215,7 @@ class ElkSource:
             out: list[Item | Rejected] = []
             for (fld, raw), archived in zip(page, fast, strict=True):
                 if archived is not None and archived.partition_id <= MAX_PARTITION_ID:
-                    out.append(new(Item, (None, archived, source, fld, b"", None)))
+                    out.append(new(Item, (None, archived, source, fld, b"", None, False)))
                     continue
                 try:
                     rec = decode_elk(raw)
@@ -265,7 +278,8 @@ class ElkSource:
         found.sort(key=lambda f: (f[0], f[1]))
         for _, name, raw, entry in found:
             worker, flag = self.resolve_worker(entry.worker_no, entry.updated_at)
-            yield _item(entry.to_record(worker), "batch", name, raw, flag, keep_detail=keep_detail)
+            got = _item(entry.to_record(worker), "batch", name, raw, flag, keep_detail=keep_detail)
+            yield got._replace(widened=True) if entry.widened and isinstance(got, Item) else got
 
     def survey(self) -> dict[str, FamilySurvey]:
         """Counts per family and status, time span of completions and bytes, reading every record."""

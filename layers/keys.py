@@ -1,9 +1,12 @@
 """The one place that spells Redis key names, partarchive's and elk_coordinator's.
 
 With the default namespace ``elk`` the names are the original ones: ``elk_partitions``,
-``elk_completed``, ``elk_completed:index``, ``elk_completed:batch:{n}``. In cluster mode the
+``elk_completed``, ``elk_completed:index``, ``elk_completed:shelf:<n>``. In cluster mode the
 namespace is wrapped in a hash tag (``{elk}_partitions``) for every key that a script touches
-together with others, so they share a slot; batch keys stay untagged to spread over slots.
+together with others, so they share a slot. The per-batch keys (shelves, staging, legacy batch
+keys, quarantine) are not in the namespace's slot: each is tagged by its own number instead
+(``elk_completed:shelf:{7}``), so they spread over the slots. A namespace bound to an
+elk_coordinator prefix has every key in the slot of the prefix's own ``{tag}``.
 
 A namespace can be bound to an elk_coordinator deployment by its ``KeyPrefix`` option
 (``elk_prefix``; configured, never guessed). Go's keys are ``"elk:" + KeyPrefix + name`` with
@@ -147,6 +150,12 @@ class KeySchema:
     def elk(self) -> ElkKeys | None:
         """Go's keys when this namespace is bound to an elk_coordinator deployment."""
         return None if self.elk_prefix is None else ElkKeys(self.elk_prefix)
+
+    @property
+    def elk_binding(self) -> str:
+        """String: the elk_coordinator KeyPrefix this namespace is bound to, kept under the namespace's
+        own name whatever the binding (``{ns}_elk_prefix``), so a command given only the namespace finds it."""
+        return f"{{{self.namespace}}}_elk_prefix" if self.cluster else f"{self.namespace}_elk_prefix"
 
     @property
     def _tagged(self) -> str:
@@ -347,8 +356,17 @@ class KeySchema:
         return f"{self._tagged}_stats:coarse:{coarse_no}"
 
     def stats_day(self, day: str) -> str:
-        """Hash for one UTC day (YYYY-MM-DD): ``h00``..``h23`` completions, ``w{short}`` per worker."""
+        """Hash for one UTC day (YYYY-MM-DD): ``h00``..``h23`` completions per hour, ``s00``..``s23`` their
+        summed durations (seconds), ``w:{worker_id}`` completions per worker, and ``d``, the hours that
+        the statistics retention rolled into the day's total (`stats.compaction`)."""
         return f"{self._tagged}_stats:day:{day}"
+
+    @property
+    def stats_index_check(self) -> str:
+        """Hash: the archiver's paced check of the archive against the index (`stats.index_check`),
+        while one is under way: next range, last range, running counts; ``...:examples``, a list of
+        the first differences."""
+        return f"{self._tagged}_stats:index_check"
 
     @property
     def stats_meta(self) -> str:
@@ -363,7 +381,8 @@ class KeySchema:
 
     @property
     def migrate_flags(self) -> str:
-        """Hash pid -> why its worker is uncertain (imported with a placeholder worker)."""
+        """Hash pid -> why an imported record is uncertain: a placeholder worker, a range widened
+        from Go's 32-bit count, or both (``; `` between them)."""
         return f"{self._tagged}_migrate:flags"
 
     def patterns(self) -> list[str]:

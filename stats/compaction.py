@@ -23,7 +23,7 @@ from layers.replies import as_text
 from layers.scripts import Scripts
 
 COARSE = 100
-_DAYS_PER_STEP = 31
+_DAYS_PER_STEP = 366
 _RANGES_PER_STEP = 200
 _LOOKBACK_DAYS = 400
 
@@ -86,8 +86,10 @@ class StatsCompactor:
         }
 
     def _roll_days(self, now: float) -> int:
-        """Roll the next days (up to the newest completion's: later days hold no hours yet), one
-        script per day, all in one round trip."""
+        """Roll the next days (up to the newest completion's: later days hold no hours yet): which
+        of them have a hash is read in one round trip, then one script per such day, all in one
+        more. A long stretch without completions (a job resumed after months) costs a few EXISTS
+        per step, not a script call per empty day."""
         meta = self._meta()
         if not meta["have_stats"]:
             return 0
@@ -97,6 +99,10 @@ class StatsCompactor:
         if day >= last:
             return 0
         names = [time.strftime("%Y-%m-%d", time.gmtime(d * 86400)) for d in range(day, last)]
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            pipe.exists(self.keys.stats_day(name))
+        names = [name for name, found in zip(names, pipe.execute(), strict=True) if found]
         replies = self._scripts.run_many([("stats_roll_day", [self.keys.stats_day(name)], []) for name in names])
         for name, reply in zip(names, replies, strict=True):
             if isinstance(reply, list):

@@ -113,40 +113,54 @@ class StatsChecker:
         """Every counted partition whose detail still exists, by pid."""
         k, policy = self.keys, self.archive.policy
         found: dict[int, ArchivedPartition] = {}
+
+        def indexed(pid: int) -> bool:
+            return self._bit(index, pid)
+
         for _, raw in self.redis.hscan_iter(k.completed, count=1000):
-            self._keep(found, raw, index)
+            self._keep(found, raw, indexed)
         max_pid = stored_int(k.archive_meta, "max_pid", self.redis.hget(k.archive_meta, "max_pid"), default=0)
         last_batch = policy.batch_of(max_pid)
         for start in range(0, last_batch + 1, _CHUNK):
-            numbers = range(start, min(last_batch + 1, start + _CHUNK))
-            pipe = self.redis.pipeline(transaction=False)
-            for b in numbers:
-                pipe.hvals(k.staging(b))
-            parse = self.archive.shelves.add_reads(pipe, numbers, repair=repair)
-            replies = pipe.execute()
-            stored = parse(replies[len(numbers) :])
-            for b, staged in zip(numbers, replies, strict=False):
-                if stored[b].damaged:
-                    report.undecodable_batches.append(b)
-                for blob in stored[b].blobs:
-                    try:
-                        for part in self.archive.decode_batch(blob):
-                            if self._bit(index, part.partition_id):
-                                found.setdefault(part.partition_id, part)
-                    except DecodeError:
-                        report.undecodable_batches.append(b)
-                for raw in staged:
-                    self._keep(found, raw, index)
+            self._batch_detail(range(start, min(last_batch + 1, start + _CHUNK)), indexed, report, repair, found)
             if progress:
                 progress(min(last_batch + 1, start + _CHUNK), last_batch + 1)
         return found
 
-    def _keep(self, found: dict[int, ArchivedPartition], raw: bytes, index: bytes) -> None:
+    def _batch_detail(
+        self,
+        numbers: range,
+        indexed: Callable[[int], bool],
+        report: CheckReport,
+        repair: bool,
+        found: dict[int, ArchivedPartition],
+    ) -> None:
+        """The indexed partitions of these batches (staged and sealed) into ``found``."""
+        pipe = self.redis.pipeline(transaction=False)
+        for b in numbers:
+            pipe.hvals(self.keys.staging(b))
+        parse = self.archive.shelves.add_reads(pipe, numbers, repair=repair)
+        replies = pipe.execute()
+        stored = parse(replies[len(numbers) :])
+        for b, staged in zip(numbers, replies, strict=False):
+            if stored[b].damaged:
+                report.undecodable_batches.append(b)
+            for blob in stored[b].blobs:
+                try:
+                    for part in self.archive.decode_batch(blob):
+                        if indexed(part.partition_id):
+                            found.setdefault(part.partition_id, part)
+                except DecodeError:
+                    report.undecodable_batches.append(b)
+            for raw in staged:
+                self._keep(found, raw, indexed)
+
+    def _keep(self, found: dict[int, ArchivedPartition], raw: bytes, indexed: Callable[[int], bool]) -> None:
         try:
             part = as_archived(parse_archived(raw))
         except DecodeError:
             return
-        if self._bit(index, part.partition_id):
+        if indexed(part.partition_id):
             found.setdefault(part.partition_id, part)
 
     def check(self, *, repair: bool = False, progress: Progress | None = None) -> CheckReport:
@@ -184,24 +198,11 @@ class StatsChecker:
                 groups[coarse_of(r)].append(r)
                 continue
             key = self.keys.stats_range(r)
-            stored, indexed = stored_ranges[r], indexed_per_range.get(r, 0)
-            if len(by_range.get(r, [])) == indexed:
-                report.ranges_checked += 1
-                expected = self._expected_range(r, by_range.get(r, []), width)
-                for name in sorted(set(stored) | set(expected)):
-                    if stored.get(name) != expected.get(name):
-                        report.differences.append(
-                            Difference(key, name, stored.get(name), expected.get(name), "recomputed from detail")
-                        )
-                if stored != expected:
-                    rewrites[key] = expected
-            else:
-                fully_backed = False
-                report.ranges_count_only += 1
-                if stored.get("count") != indexed:
-                    report.differences.append(Difference(key, "count", stored.get("count"), indexed, "index bitmap"))
-                    rewrites[key] = {**stored, "count": indexed}
-            after[key] = rewrites.get(key, stored)
+            backed = self._check_range(
+                report, r, stored_ranges[r], indexed_per_range.get(r, 0), by_range.get(r, []), width, rewrites
+            )
+            fully_backed = fully_backed and backed
+            after[key] = rewrites.get(key, stored_ranges[r])
         for c, members in sorted(groups.items()):
             backed = self._check_coarse(report, c, members, stored_ranges, by_range, indexed_per_range, width, rewrites)
             fully_backed = fully_backed and backed
@@ -232,6 +233,36 @@ class StatsChecker:
             },
         )
         return report
+
+    def _check_range(
+        self,
+        report: CheckReport,
+        range_no: int,
+        stored: dict[str, int],
+        indexed: int,
+        parts: list[ArchivedPartition],
+        width: int,
+        rewrites: dict[str, dict[str, int]],
+    ) -> bool:
+        """One range against what its detail proves (every indexed partition has detail: field by
+        field), or else against the index's count alone; returns whether the detail backed it."""
+        key = self.keys.stats_range(range_no)
+        if len(parts) == indexed:
+            report.ranges_checked += 1
+            expected = self._expected_range(range_no, parts, width)
+            for name in sorted(set(stored) | set(expected)):
+                if stored.get(name) != expected.get(name):
+                    report.differences.append(
+                        Difference(key, name, stored.get(name), expected.get(name), "recomputed from detail")
+                    )
+            if stored != expected:
+                rewrites[key] = expected
+            return True
+        report.ranges_count_only += 1
+        if stored.get("count") != indexed:
+            report.differences.append(Difference(key, "count", stored.get("count"), indexed, "index bitmap"))
+            rewrites[key] = {**stored, "count": indexed}
+        return False
 
     def _check_coarse(
         self,

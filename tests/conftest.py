@@ -20,6 +20,24 @@ from archiver.engine import connect
 from archiver.engine.local_cluster import LocalCluster
 from layers import KeySchema
 
+#: Fixtures that put a test on a real engine or on a local cluster (its ``engine`` / ``cluster`` marker).
+ENGINE_FIXTURES = {"engine_url", "real_redis"}
+CLUSTER_FIXTURES = {"local_cluster", "cluster_redis"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test by the engines it uses, so a piece of the suite can be chosen with ``-m``
+    (``chaos``, ``browser`` and ``packaging`` are set on the tests themselves)."""
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        callspec = getattr(item, "callspec", None)
+        engine = callspec.params.get("any_redis", callspec.params.get("server_redis")) if callspec else None
+        used |= {f"{engine}_redis"} if engine else set()
+        if used & ENGINE_FIXTURES:
+            item.add_marker(pytest.mark.engine)
+        if used & CLUSTER_FIXTURES:
+            item.add_marker(pytest.mark.cluster)
+
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     from tests.browser import print_screenshots

@@ -11,6 +11,8 @@ from typing import Any
 
 import redis
 
+from layers import KeySchema
+
 FIXTURES = Path(__file__).parent / "fixtures" / "elk"
 DUMP_PREFIX = "elk:my-app:"
 
@@ -49,11 +51,15 @@ def load_dump(
     return hashes
 
 
-def delete_prefix(client: redis.Redis, key_prefix: str) -> None:
+def delete_prefix(client: redis.Redis, key_prefix: str, namespace: str = "elk") -> None:
+    """Every key under Go's prefix, and ``namespace``'s binding to it (the tests bind ``elk``)."""
     pattern = f"elk:{key_prefix}".translate(str.maketrans({c: f"\\{c}" for c in "{}[]*?\\"})) + "*"
     keys = list(client.scan_iter(match=pattern, count=1000))
     for start in range(0, len(keys), 500):
         client.delete(*keys[start : start + 500])
+    binding = KeySchema(namespace).elk_binding
+    if client.get(binding) == key_prefix.encode():
+        client.delete(binding)
 
 
 def digest(client: redis.Redis, patterns: list[str]) -> str:

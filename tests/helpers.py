@@ -45,10 +45,16 @@ def cli_env(url: str, namespace: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def start_archiver(url: str, namespace: str, *args: str, **extra: str) -> subprocess.Popen[bytes]:
+def start_archiver(
+    url: str, namespace: str, *args: str, pauses: dict[str, float] | None = None, **extra: str
+) -> subprocess.Popen[bytes]:
+    """``partarchive run`` as a process; with ``pauses``, through `tests.faults` (pausing at its seams)."""
+    from tests.faults import pause_args
+
     extra.setdefault("PARTARCHIVE_STATS_FLUSH_INTERVAL_S", "0.5")
+    program = ["tests.faults", *pause_args(pauses)] if pauses else ["archiver"]
     return subprocess.Popen(
-        [sys.executable, "-m", "archiver", "run", *args],
+        [sys.executable, "-m", *program, "run", *args],
         env=cli_env(url, namespace, **extra),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -56,10 +62,17 @@ def start_archiver(url: str, namespace: str, *args: str, **extra: str) -> subpro
 
 
 def kill_archiver_when(
-    url: str, namespace: str, consumer: str, ready: Callable[[], bool], what: str, *args: str, **extra: str
+    url: str,
+    namespace: str,
+    consumer: str,
+    ready: Callable[[], bool],
+    what: str,
+    *args: str,
+    pauses: dict[str, float] | None = None,
+    **extra: str,
 ) -> None:
     """Start an archiver as ``consumer``, wait until ``ready()``, then SIGKILL it (no clean-up runs)."""
-    victim = start_archiver(url, namespace, "--consumer", consumer, *args, **extra)
+    victim = start_archiver(url, namespace, "--consumer", consumer, *args, pauses=pauses, **extra)
     try:
         wait_for(ready, what=what)
     finally:
@@ -132,7 +145,7 @@ def scraped(client: redis.Redis, keys: KeySchema) -> dict[str, float]:
     """A namespace's gauges as one scrape reads them (those without labels of their own)."""
     from archiver.metrics import LayerStateCollector
 
-    families = LayerStateCollector(client, keys).collect()
+    families = LayerStateCollector(ArchiveLayer(client, keys)).collect()
     return {s.name: s.value for f in families for s in f.samples if set(s.labels) == {"namespace"}}
 
 

@@ -254,8 +254,10 @@ def test_bad_namespace_and_lease(any_redis: redis.Redis) -> None:
     for ns in ("", "a b", "x" * 65, "{elk}", "a*b"):
         with pytest.raises(ValidationError):
             ActiveLayer(any_redis, ns)
-    with pytest.raises(ValidationError):
-        ActiveLayer(any_redis, "ok", lease_timeout=0)
+    for lease in (0, -1, "5", None, True, float("nan"), float("inf")):
+        with pytest.raises(ValidationError, match="lease_timeout"):
+            ActiveLayer(any_redis, "ok", lease_timeout=lease)  # type: ignore[arg-type]
+    assert ActiveLayer(any_redis, "ok", lease_timeout=5).lease_timeout == 5.0
 
 
 def test_cluster_mode_tags_keys_that_scripts_touch_together(any_redis: redis.Redis, namespace: str) -> None:

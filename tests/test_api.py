@@ -13,7 +13,7 @@ import redis
 
 from archiver import ArchiverDaemon, Config
 from archiver.daemon.loop import drain
-from layers import ActiveLayer, KeySchema
+from layers import ActiveLayer, ArchiveLayer, KeySchema
 from tests.helpers import complete_partitions, free_port, start_server, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,7 +156,7 @@ def test_alert_rules_use_only_exported_metrics(api: httpx.Client, real_redis: re
 
     from archiver.daemon.group_metrics import GroupMetrics
 
-    group = GroupMetrics(real_redis, [KeySchema(namespace)])  # what `run --processes` serves besides
+    group = GroupMetrics([ArchiveLayer(real_redis, KeySchema(namespace))])  # what `run --processes` serves besides
     group.counted(1, 2)
     try:
         text = api.get("/metrics").text + generate_latest(group.registry).decode()

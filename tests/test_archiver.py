@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import signal
 import threading
+import time
 
 import orjson
 import pytest
@@ -215,14 +217,21 @@ def test_idle_entries_are_looked_for_at_most_every_second_while_none_are_found(
         return found
 
     monkeypatch.setattr(daemon.queue, "take_over", counted)
-    assert drain(daemon) == 30 and looks == [0]  # six rounds, one look
+    every = 300 / 10_000  # a tenth of claim_idle_ms
+    started = time.monotonic()
+    assert drain(daemon) == 30  # six rounds (and an empty one)
+    elapsed = time.monotonic() - started
+    assert looks[0] == 0 and not any(looks)
+    assert len(looks) <= 1 + math.ceil(elapsed / every)  # one look per interval at most, however slow the rounds
     complete_partitions(real_redis, namespace, 4)
     left = ArchiveQueue(real_redis, keys).read_new("gone", 10, 10)  # an archiver that died with them
     assert len(left) == 4
-    wait_for(lambda: daemon.run_once() > 0, timeout=5, what="the idle entries taken over")
+    before, started = len(looks), time.monotonic()
+    wait_for(lambda: daemon.run_once() > 0, what="the idle entries taken over")
+    elapsed = time.monotonic() - started
     daemon.flush()
     assert looks[-1] == 4 and real_redis.xlen(keys.queue) == 0
-    assert len(looks) <= 1 + 5 / 0.03 and daemon.archive.archived_total() == 34
+    assert len(looks) - before <= 1 + math.ceil(elapsed / every) and daemon.archive.archived_total() == 34
 
 
 @pytest.mark.parametrize("options", [{}, {"protocol": 3}, {"decode_responses": True}])

@@ -7,7 +7,11 @@ from __future__ import annotations
 import os
 import shutil
 
+import pytest
+
 from tests.chaos import SHORT, run
+
+pytestmark = [pytest.mark.chaos, pytest.mark.engine]  # its own server
 
 
 def test_short_chaos_run_loses_nothing_and_counts_nothing_twice() -> None:

@@ -12,6 +12,7 @@ import threading
 import time
 
 import httpx
+import pytest
 import redis
 
 from archiver.engine import connect
@@ -77,6 +78,7 @@ def test_an_untagged_namespace_is_refused_on_the_cluster(cluster_redis: redis.Re
         raise AssertionError("an untagged schema was accepted on a cluster client")
 
 
+@pytest.mark.chaos
 def test_a_master_failover_loses_nothing_and_counts_once(namespace: str) -> None:
     total = 1500
     with LocalCluster(masters=3, replicas=1, binary=cluster_server()) as cluster:
@@ -92,8 +94,10 @@ def test_a_master_failover_loses_nothing_and_counts_once(namespace: str) -> None
             nonlocal completed
             worker = ActiveLayer(connect(cluster.url, cluster=True), namespace, lease_timeout=2.0)
             while not stop.is_set():
-                if completed >= total // 3 and not killed.is_set():
-                    time.sleep(0.01)  # slowed down until the kill, so that it lands mid-run on any machine
+                if completed >= 2 * total // 3 and not killed.is_set():
+                    killed.wait(120)  # held here until the kill, so that it lands mid-run however slow the machine
+                elif completed >= total // 3 and not killed.is_set():
+                    time.sleep(0.01)  # slowed down until the kill, so that completions are in flight when it lands
                 try:
                     part = worker.claim("w")
                     if part is None:

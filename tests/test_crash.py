@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import signal
 
+import pytest
 import redis
 
 from layers import ArchiveQueue, KeySchema
 from tests.helpers import complete_partitions, kill_archiver_when, start_archiver, wait_for
+
+pytestmark = pytest.mark.chaos
 
 
 def test_replica_takes_over_entries_of_a_killed_archiver(
@@ -24,7 +27,7 @@ def test_replica_takes_over_entries_of_a_killed_archiver(
         "entries delivered to the victim",
         "--read-count",
         "100",
-        PARTARCHIVE_FAULT_PAUSE_AFTER_READ="60",
+        pauses={"after_read": 60},
     )
     assert real_redis.hlen(keys.completed) == 0
 
@@ -57,7 +60,7 @@ def test_restart_under_the_same_name_rereads_its_own_pending(
         "same",
         lambda: queue.state().pending == 50,
         "entries delivered",
-        PARTARCHIVE_FAULT_PAUSE_AFTER_READ="60",
+        pauses={"after_read": 60},
     )
     second = start_archiver(engine_url, namespace, "--consumer", "same")
     try:
@@ -69,3 +72,23 @@ def test_restart_under_the_same_name_rereads_its_own_pending(
         second.send_signal(signal.SIGTERM)
         second.communicate(timeout=15)
     assert real_redis.xlen(keys.queue) == 0
+
+
+def test_a_stop_ends_an_injected_pause_at_once(engine_url: str, real_redis: redis.Redis, namespace: str) -> None:
+    """The crash tests' pause (`tests.faults`) waits on the daemon's stop: SIGTERM during a ten-minute
+    pause drains at once, finishing the page in hand, well before the drain deadline."""
+    keys = KeySchema(namespace)
+    complete_partitions(real_redis, namespace, 20)
+    queue = ArchiveQueue(real_redis, keys)
+    proc = start_archiver(
+        engine_url, namespace, "--consumer", "paused", pauses={"after_read": 600}, PARTARCHIVE_DRAIN_TIMEOUT_S="300"
+    )
+    try:
+        wait_for(lambda: queue.state().pending == 20, what="a page read, then the pause")
+        assert real_redis.hlen(keys.completed) == 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert b"archiver stopped" in err
+    assert real_redis.hlen(keys.completed) == 20 and queue.state().pending == 0

@@ -90,6 +90,7 @@ def served(engine_url: str, namespace: str) -> Iterator[tuple[str, redis.Redis]]
         client.close()
 
 
+@pytest.mark.browser
 def test_the_dashboard_in_chromium(served: tuple[str, redis.Redis], request: pytest.FixtureRequest) -> None:
     """Headless Chromium (Debian's, driven by Playwright): the page loads offline with no console
     error, shows the engine's numbers, looks a partition up; a screenshot is kept."""

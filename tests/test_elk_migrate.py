@@ -19,10 +19,11 @@ from archiver.router import QueryRouter, Source
 from codec.elk import ElkRecord, decode_elk
 from codec.elk_batch import decode_elk_batch, encode_elk_batch
 from codec.gojson import GoTime
-from layers import ArchiveLayer, KeySchema, WrongKeyType
+from layers import ActiveLayer, ArchiveLayer, KeySchema, WrongKeyType
 from layers.elk import ElkSource, find_deployments
 from stats import StatsChecker, StatsReader
 from tests.elk_fixtures import delete_prefix, digest, dump_lines, load_dump
+from tests.faults import pause_args
 from tests.helpers import cli_env, run_cli, wait_for
 
 COMPLETED = 3232  # 589 in the active hash, 643 in elk_archived, 2,000 in four batches (small.summary.json)
@@ -136,6 +137,7 @@ def test_compressed_target_seals_every_batch_once(real_redis: redis.Redis, prefi
     assert len(dict(Exporter(archive, "elk").records())) == COMPLETED
 
 
+@pytest.mark.chaos
 @pytest.mark.parametrize("compressed_from", ["100000", "1000"])
 def test_kill_9_mid_migration_then_resume(
     engine_url: str, real_redis: redis.Redis, prefix: str, compressed_from: str
@@ -148,10 +150,10 @@ def test_kill_9_mid_migration_then_resume(
         PARTARCHIVE_ELK_PREFIX=prefix,
         PARTARCHIVE_COMPRESSED_FROM=compressed_from,
         PARTARCHIVE_MIGRATE_CHUNK="100",
-        PARTARCHIVE_FAULT_PAUSE_BEFORE_COMMIT="0.05",
     )
+    migrate = ["migrate", "from-elk", "--prefix", prefix, "--no-progress"]
     victim = subprocess.Popen(
-        [sys.executable, "-m", "archiver", "migrate", "from-elk", "--prefix", prefix, "--no-progress"],
+        [sys.executable, "-m", "tests.faults", *pause_args({"before_commit": 0.05}), *migrate],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -162,7 +164,6 @@ def test_kill_9_mid_migration_then_resume(
         victim.send_signal(signal.SIGKILL)
         victim.wait(10)
     assert 700 <= int(real_redis.bitcount(keys.index)) < COMPLETED  # type: ignore[arg-type]
-    env.pop("PARTARCHIVE_FAULT_PAUSE_BEFORE_COMMIT")
     result = subprocess.run(
         [sys.executable, "-m", "archiver", "migrate", "from-elk", "--prefix", prefix, "--json"],
         env=env,
@@ -206,7 +207,9 @@ def test_hostile_deployment_gives_typed_errors_and_a_reject_list(real_redis: red
     src = ElkSource(real_redis, prefix).keys
     real_redis.zadd(src.workers, {_worker_member("w1", 1_751_600_000): 1, _worker_member("w2", 1_751_600_000): 2})
     good = encode_elk_batch([(_record(20, "w1"), 1), (_record(21, "w2"), 2)])
-    wide = encode_elk_batch([(_record(22, "w1", min_id=-(2**32), max_id=-1), 1)])  # 2^32 ids: the count wraps to 0
+    # 2^32 ids: the count wraps to 0 (imported as the smallest range it allows); 23: no such range fits in int64
+    cut, unfit = _record(22, "w1", min_id=-(2**32), max_id=-1), _record(23, "w1", min_id=2**63 - 9, max_id=2**63 - 10)
+    wide = encode_elk_batch([(cut, 1), (unfit, 1)])
     corrupt = bytearray(good)
     at = corrupt.index(b'"compressed_data":"') + 40
     corrupt[at : at + 8] = b"AAAAAAAA"
@@ -234,16 +237,16 @@ def test_hostile_deployment_gives_typed_errors_and_a_reject_list(real_redis: red
         "archived:5",
         "archived:6",
         "active:7",
-        "batch:b_wide/22",
+        "batch:b_wide/23",
         "batch:b_corrupt",
         "batch:b_truncated",
     }, reasons
     assert (
         "zombie" in reasons["archived:2"]
         and "2^32" in reasons["archived:5"]
-        and "32 bits" in reasons["batch:b_wide/22"]
+        and "32 bits" in reasons["batch:b_wide/23"]
     )
-    assert report.imported == 4 and report.ok  # 1, 3 (a 70 KB error), 20, 21
+    assert report.imported == 5 and report.ok and report.widened == 1  # 1, 3 (a 70 KB error), 20, 21, 22
     stored = real_redis.hgetall(config.keys.migrate_rejects)
     assert len(stored) == len(reasons)
     assert real_redis.hexists(src.archived, "2") and not real_redis.hexists(src.archived, "1")
@@ -288,6 +291,35 @@ def test_precedence_copies_and_prefix_without_separator(real_redis: redis.Redis,
         delete_prefix(real_redis, prefix)
 
 
+def test_a_range_go_cut_at_32_bits_is_imported_widened_and_flagged(
+    engine_url: str, real_redis: redis.Redis, prefix: str
+) -> None:
+    """A batch record of 2^32 ids comes back from Go's reader with max_id below min_id, yet Go
+    counts it completed: it is imported with the smallest range the batch allows, and flagged, so
+    the imported count is Go's."""
+    load_dump(real_redis, prefix)
+    src = ElkSource(real_redis, prefix).keys
+    number = len(real_redis.zrange(src.workers, 0, -1))  # the newest member, registered before 1_751_700_000
+    wide = _record(20_001, "", min_id=5 * 2**32, max_id=6 * 2**32 - 1)
+    real_redis.hset(src.compressed, "compressed_batch_wide", encode_elk_batch([(wide, number)]))
+    (entry,) = decode_elk_batch(real_redis.hget(src.compressed, "compressed_batch_wide"))  # type: ignore[arg-type]
+    assert entry.go_max_id == 5 * 2**32 - 1 and entry.widened and entry.max_id == wide.max_id
+    survey = ElkMigration(real_redis, bound(prefix), prefix).run(dry_run=True).survey
+    go_completed = sum(fam.by_status["completed"] for fam in survey.values())
+    assert go_completed == COMPLETED + 1
+    done = run_cli(engine_url, "elk", "migrate", "from-elk", "--prefix", prefix, "--elk-prefix", prefix)
+    assert done.returncode == 0, done.stderr
+    assert f"completed partitions found  {COMPLETED + 1}" in done.stdout
+    assert "ranges widened (flagged)    1" in done.stdout
+    config = bound(prefix)
+    assert int(real_redis.bitcount(config.keys.index)) == go_completed  # type: ignore[arg-type]
+    answer = QueryRouter(real_redis, config.keys).get(20_001)
+    assert (answer.partition.min_id, answer.partition.max_id) == (5 * 2**32, 6 * 2**32 - 1)  # type: ignore[union-attr]
+    flag = real_redis.hget(config.keys.migrate_flags, "20001").decode()  # type: ignore[union-attr]
+    assert "2^32" in flag and f"{5 * 2**32}..{6 * 2**32 - 1}" in flag
+    assert not real_redis.hexists(config.keys.migrate_rejects, "batch:compressed_batch_wide/20001")
+
+
 def test_drifted_worker_numbers_are_flagged_not_attached(real_redis: redis.Redis, prefix: str) -> None:
     lines = [o for o in dump_lines() if not (o["type"] == "zset" and o["key"].endswith(":workers"))]
     workers = [o for o in dump_lines() if o["type"] == "zset" and o["key"].endswith(":workers")]
@@ -329,7 +361,8 @@ def test_cli_lists_deployments_and_reports(engine_url: str, real_redis: redis.Re
     assert wrong.returncode == 2 and "Traceback" not in wrong.stderr
 
 
-def test_an_unwritable_output_file_is_one_line(engine_url: str, namespace: str) -> None:
+def test_an_unwritable_output_file_is_one_line(engine_url: str, real_redis: redis.Redis, namespace: str) -> None:
+    ActiveLayer(real_redis, namespace).create_partitions(1, 1000, 1000)
     result = run_cli(engine_url, namespace, "export", "--output", "/nonexistent-dir/out.jsonl")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.count("\n") == 1 and "No such file or directory" in result.stderr

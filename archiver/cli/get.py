@@ -8,11 +8,11 @@ import time
 from typing import Any
 
 from archiver.cli.args import EXIT_NOT_FOUND, CliError
+from archiver.cli.target import open_namespace
 from archiver.config import Config
-from archiver.engine import client_for
-from archiver.namespace import Namespace
 from archiver.output import print_json
 from archiver.router import QueryRouter
+from layers.active import check_partition_id
 
 
 def _human(key: str, value: Any) -> Any:
@@ -27,9 +27,9 @@ def command(args: argparse.Namespace, config: Config) -> int:
         pid = int(args.pid)
     except ValueError:
         raise CliError(f"partition id must be an integer, got {args.pid!r}") from None
-    client = client_for(config)
-    ns = Namespace(client, config)
-    answer = QueryRouter(client, ns.keys, archive=ns.archive, summary_lookup=ns.stats.range_summary).get(pid)
+    check_partition_id(pid)  # bad input is said before anything is looked up
+    ns = open_namespace(config)
+    answer = QueryRouter(ns.redis, ns.keys, archive=ns.archive, summary_lookup=ns.stats.range_summary).get(pid)
     if args.json:
         print_json(answer.to_dict())
     elif answer.found:

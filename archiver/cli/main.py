@@ -14,7 +14,8 @@ from collections.abc import Sequence
 import redis
 from redis.exceptions import RedisClusterException
 
-from archiver.cli.args import EXIT_ERROR, CliError, build_parser
+from archiver.cli.args import EXIT_ERROR, EXIT_NOT_FOUND, CliError, build_parser
+from archiver.cli.target import NoSuchNamespace
 from archiver.config import Config
 from archiver.engine import client_for, redact_text
 from codec.errors import PartArchiveError
@@ -73,6 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         module = importlib.import_module(f"archiver.cli.{COMMANDS[args.command]}")
         result: int = module.command(args, config)
         return result
+    except NoSuchNamespace as exc:
+        _fail(str(exc))
+        return EXIT_NOT_FOUND
     except CliError as exc:
         _fail(f"error: {exc}")
         return EXIT_ERROR
@@ -89,15 +93,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RedisClusterException as exc:  # not a RedisError: the cluster's layout or reach
         _fail(f"redis cluster error: {exc}")
         return EXIT_ERROR
+    except BrokenPipeError:  # the reader went away (``| head``): not an error of ours (an OSError: first)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as exc:  # a file named on the command line (--output, --rejects)
         _fail(f"error: {exc.strerror or exc}: {exc.filename or ''}")
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("partarchive: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # the reader went away (``| head``): not an error of ours
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
 
 
 def _fail(message: str) -> None:

@@ -9,6 +9,7 @@ import sys
 
 from archiver.cli.args import EXIT_NOT_FOUND
 from archiver.cli.progress import progress_bar
+from archiver.cli.target import open_namespace
 from archiver.config import Config
 from archiver.elk.migrate import CHUNK, ElkMigration, MigrationReport, rejected_lines
 from archiver.engine import client_for
@@ -44,6 +45,7 @@ def _result_lines(report: MigrationReport) -> list[str]:
         f"copies in later sources     {report.copies} (Go's precedence kept the first)",
         f"rejected                    {len(report.rejected)}",
         f"workers uncertain (flagged) {report.flagged}",
+        f"ranges widened (flagged)    {report.widened} (cut at 2^32 ids by Go's batches)",
         f"verified in the index       {report.verified}",
         f"archive tier                {report.tier}",
     ]
@@ -71,7 +73,8 @@ def command(args: argparse.Namespace, config: Config) -> int:
             for prefix in prefixes:
                 print(f"  {prefix!r:30} active hash elk:{prefix}elk_partitions")
         return 0 if prefixes else EXIT_NOT_FOUND
-    migration = ElkMigration(client, config, args.prefix, chunk=int(os.environ.get("PARTARCHIVE_MIGRATE_CHUNK", CHUNK)))
+    chunk = int(os.environ.get("PARTARCHIVE_MIGRATE_CHUNK", CHUNK))
+    migration = ElkMigration(client, open_namespace(config, existing=False).config, args.prefix, chunk=chunk)
     if not ElkSource(client, args.prefix).exists():
         print(f"partarchive: no elk_coordinator keys under elk:{args.prefix}", file=sys.stderr)
         return EXIT_NOT_FOUND

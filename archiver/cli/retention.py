@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+from archiver.cli.target import open_namespace
 from archiver.config import Config
-from archiver.engine import client_for
-from archiver.namespace import Namespace
 
 
 def command(args: argparse.Namespace, config: Config) -> int:
-    archive = Namespace(client_for(config), config).archive
+    archive = open_namespace(config).archive
     if args.seconds is None:
         print(f"retention {archive.retention_s()} s (summary tier: detail kept this long after completion)")
     else:

@@ -7,8 +7,10 @@ import os
 from dataclasses import replace
 
 from archiver.cli.args import CliError, check_port
+from archiver.cli.target import open_namespace
 from archiver.config import Config
 from archiver.engine import client_for
+from archiver.namespace import Namespace
 
 
 def command(args: argparse.Namespace, config: Config) -> int:
@@ -19,7 +21,6 @@ def command(args: argparse.Namespace, config: Config) -> int:
     processes, auto = _processes(args)
     if auto or processes > 1:
         return _supervise(args, config, processes, auto)
-    client = client_for(config)
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # a child of a supervisor serving the group's metrics
         from archiver.metrics import start_series
 
@@ -30,17 +31,19 @@ def command(args: argparse.Namespace, config: Config) -> int:
 
         if args.metrics_port is not None:
             raise CliError("--metrics-port reports one namespace: serve it per namespace (partarchive serve)")
-        configs = [replace(config, namespace=name) for name in args.namespaces]
+        client = client_for(config)
+        configs = [Namespace.bound(client, replace(config, namespace=name)).config for name in args.namespaces]
         MultiArchiver(client, configs, consumer=args.consumer).run()
         return 0
-    daemon = ArchiverDaemon(client, config, consumer=args.consumer)
+    ns = open_namespace(config, existing=False)
+    daemon = ArchiverDaemon(ns.redis, ns.config, consumer=args.consumer)
     if args.metrics_port is not None:
         from prometheus_client import start_http_server
 
         from archiver.metrics import register_state_collector
 
         check_port(args.metrics_port)
-        register_state_collector(client, daemon.keys)
+        register_state_collector(daemon.archive)
         try:
             start_http_server(args.metrics_port, addr=args.metrics_host)
         except OSError as exc:
@@ -72,14 +75,14 @@ def _supervise(args: argparse.Namespace, config: Config, processes: int, auto: b
     (at most ``processes``); with ``--metrics-port`` the supervisor serves the group's metrics."""
     from archiver.daemon.autoscale import Autoscaler, ScalePolicy
     from archiver.daemon.supervisor import Supervisor, child_command
-    from archiver.namespace import Namespace
     from layers.pressure import observe_backlog
 
     if args.consumer:
         raise CliError("--consumer names one process: with --processes each child names itself")
     names = args.namespaces or [config.namespace]
     client = client_for(config) if auto or args.metrics_port is not None else None
-    keys = [] if client is None else [Namespace(client, replace(config, namespace=n)).keys for n in names]
+    spaces = [] if client is None else [Namespace.bound(client, replace(config, namespace=n)) for n in names]
+    keys = [ns.keys for ns in spaces]
     scaler = None
     if auto:
         policy = ScalePolicy(processes, config.scale_interval_s, config.scale_up_age_s, config.scale_down_idle_s)
@@ -89,7 +92,7 @@ def _supervise(args: argparse.Namespace, config: Config, processes: int, auto: b
         from archiver.daemon.group_metrics import GroupMetrics
 
         check_port(args.metrics_port)
-        metrics = GroupMetrics(client, keys)
+        metrics = GroupMetrics([ns.archive for ns in spaces])
         try:
             metrics.serve(args.metrics_port, args.metrics_host)
         except OSError as exc:

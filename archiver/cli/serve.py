@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from archiver.cli.args import CliError, check_port
+from archiver.cli.target import open_namespace
 from archiver.config import Config
-from archiver.engine import client_for
 
 
 def command(args: argparse.Namespace, config: Config) -> int:
@@ -22,7 +22,7 @@ def command(args: argparse.Namespace, config: Config) -> int:
 
     check_port(args.port)
     configure_logging(args.log_level)
-    client = client_for(config)
-    app = create_app(client, config)
+    ns = open_namespace(config, existing=False)
+    app = create_app(ns.redis, ns.config)
     uvicorn.run(app, host=args.host, port=args.port, log_config=stdlib_log_config(args.log_level), access_log=False)
     return 0

@@ -11,8 +11,8 @@ import redis
 
 from archiver.cli.args import CliError
 from archiver.cli.progress import progress_bar
+from archiver.cli.target import open_namespace
 from archiver.config import Config
-from archiver.engine import client_for
 from archiver.output import print_json
 from codec import PartArchiveError, ValidationError
 from layers.maintenance import MaintenanceLock
@@ -20,7 +20,8 @@ from stats import StatsChecker, StatsReader
 
 
 def command(args: argparse.Namespace, config: Config) -> int:
-    client = client_for(config)
+    ns = open_namespace(config)
+    client, config = ns.redis, ns.config
     if args.action == "verify":
         return verify_stats(client, config, repair=args.repair, as_json=args.json)
     if args.repair:

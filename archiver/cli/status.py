@@ -8,19 +8,16 @@ import sys
 import time
 from typing import Any
 
-from archiver.cli.args import EXIT_NOT_FOUND, CliError
+from archiver.cli.args import CliError
+from archiver.cli.target import open_namespace
 from archiver.config import Config
-from archiver.engine import client_for
-from archiver.namespace import Namespace
 from archiver.output import print_json
 from archiver.status import collect_status
 
 
 def command(args: argparse.Namespace, config: Config) -> int:
-    client = client_for(config)
-    if not Namespace(client, config).exists():
-        print(f"partarchive: no such namespace {config.namespace!r} on this server", file=sys.stderr)
-        return EXIT_NOT_FOUND
+    ns = open_namespace(config)
+    client, config = ns.redis, ns.config
     if args.watch is None:
         _print_status(collect_status(client, config), args.json, clear=False)
         return 0

@@ -16,24 +16,23 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 
-import redis
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from archiver.metrics import LayerStateCollector
-from layers.keys import KeySchema
+from layers import ArchiveLayer
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 class GroupMetrics:
-    def __init__(self, client: redis.Redis, keys: Sequence[KeySchema]) -> None:
-        self.namespaces = [k.namespace for k in keys]
+    def __init__(self, archives: Sequence[ArchiveLayer]) -> None:
+        self.namespaces = [a.keys.namespace for a in archives]
         self.directory = tempfile.mkdtemp(prefix="partarchive-metrics-")
         self.registry = CollectorRegistry()
         MultiProcessCollector(self.registry, path=self.directory)  # type: ignore[no-untyped-call]
-        for k in keys:
-            self.registry.register(LayerStateCollector(client, k))
+        for archive in archives:
+            self.registry.register(LayerStateCollector(archive))
         self.processes = Gauge(
             "partarchive_archiver_processes", "Archiver processes the supervisor keeps running.", ["namespace"],
             registry=self.registry,

@@ -36,7 +36,7 @@ from layers import (
 from layers.errors import CorruptMetadata, WrongKeyType
 from layers.liveness import STALE_AFTER_S, ArchiverHealth
 from layers.meta import find_wrong_type, typed_errors
-from stats import StatsChecker
+from stats.index_check import IndexCheck
 
 log = structlog.get_logger("partarchive.archiver")
 
@@ -80,26 +80,28 @@ class ArchiverDaemon:
         self.has_lock = False
         self.liveness = ns.liveness
         self.backlog = BacklogGuard(ns)
-        self.pages = PageArchiver(
-            ns, self.consumer, self.backlog, float(os.environ.get("PARTARCHIVE_FAULT_PAUSE_AFTER_READ", "0"))
-        )
+        self.pages = PageArchiver(ns, self.consumer, self.backlog, after_read=lambda: self.fault_point("after_read"))
         self.commit_buffer = self.pages.commit_buffer
         self.started = time.time()
         self._next_beat = 0.0
         self._beat_archived = 0
         self._beat_at = time.monotonic()
         self._failures = 0  # rounds failed in a row (backoff)
-        self._verify_due = False  # re-check the archive against the index (after the group was lost)
+        self.index_check = IndexCheck(redis_client, self.keys, config.policy)  # after the group was lost
         self.pacer = MaintenancePacer(
             config.maintenance_slice_s,
             config.policy.migrate_chunk // config.policy.batch_size,
-            float(os.environ.get("PARTARCHIVE_FAULT_PAUSE_AFTER_STEP", "0")),
+            after_step=lambda: self.fault_point("after_step"),
             recheck_s=config.maintenance_interval_s,
         )
 
     def stop(self) -> None:
         """Ask the loop to finish the batch in hand and return."""
         self._stop.set()
+
+    def fault_point(self, where: str) -> None:
+        """A seam for the crash tests, called after a page is read (``after_read``) and after each
+        maintenance step (``after_step``); `tests.faults` makes it pause there. Does nothing here."""
 
     @property
     def stopping(self) -> bool:
@@ -166,6 +168,7 @@ class ArchiverDaemon:
         wrong = find_wrong_type(self.archive.redis, self.keys)
         if wrong is not None:
             raise wrong
+        self.namespace.remember_binding()
         self.archive.check_meta()
         self.archive.check_batch_size()
         self.commit_buffer.check_range_width()
@@ -265,10 +268,11 @@ class ArchiverDaemon:
         """The consumer group is gone (Redis restarted without its data, or the queue key was
         deleted): create it again, count it, and check the archive against the index once the
         maintenance lock is held (entries of the old group that were not acknowledged are lost
-        with the stream; what they completed is still marked in the `done` bitmap)."""
+        with the stream; what they completed is still marked in the `done` bitmap). The check is a
+        paced maintenance step (`stats.index_check`), logged when it is done."""
         self.queue.ensure_group()
         GROUP_RECREATED.labels(namespace=self.keys.namespace).inc()
-        self._verify_due = True
+        self.index_check.request()
         log.warning("the archive queue's consumer group was gone; created it again", queue=self.keys.queue)
 
     def run_once(self, block_ms: int | None = None) -> int:
@@ -318,22 +322,21 @@ class ArchiverDaemon:
             done += self.backlog.tick(held)
         if not self.has_lock:
             return done
-        hold = self.backlog.skipping
-        steps = self.pacer.run(
-            busy_s, lambda n: migrate_step(self.archive, max_batches=n, hold_seals=hold) or self.compactor.step()
-        )
+        steps = self.pacer.run(busy_s, self._maintenance_step)
         if steps:
             log.debug("maintenance", items=steps, tier=self.archive.tier().value)
-        if self._verify_due:
-            self._verify_due = False
-            report = StatsChecker(self.archive.redis, self.keys, policy=self.config.policy).check()
-            log.warning(
-                "archive checked against the index after the queue was lost",
-                ok=report.ok,
-                indexed=report.indexed,
-                differences=len(report.differences),
-            )
         return done + steps + self._adopt(now)
+
+    def _maintenance_step(self, batches: int) -> int:
+        """Tier moves and expiry (sealing held while compression is skipped), else statistics
+        compaction, else the index check: ``batches``' worth."""
+        ranges = batches * self.config.batch_size // self.config.stats_range_width
+        hold = self.backlog.skipping
+        return (
+            migrate_step(self.archive, max_batches=batches, hold_seals=hold)
+            or self.compactor.step()
+            or self.index_check.step(ranges)
+        )
 
     def _adopt(self, now: float) -> int:
         """Import what elk_coordinator's Go workers completed (``adopt_elk``), every ``adopt_interval_s``."""

@@ -17,7 +17,12 @@ MAINTENANCE_SHARE = 0.2
 
 class MaintenancePacer:
     def __init__(
-        self, slice_s: float, most_batches: int, pause_after_step_s: float = 0.0, recheck_s: float = 1.0
+        self,
+        slice_s: float,
+        most_batches: int,
+        *,
+        after_step: Callable[[], object] | None = None,
+        recheck_s: float = 1.0,
     ) -> None:
         self.slice_s = slice_s
         self.most_batches = max(1, most_batches)
@@ -25,7 +30,7 @@ class MaintenancePacer:
         self.credit = 0.0  # seconds of maintenance earned and not spent
         self.batch_cost = 0.005  # seconds one batch of a step has taken, smoothed
         self._resting_until = 0.0  # found nothing to do: busy rounds do not ask again before this
-        self._pause_after_step_s = pause_after_step_s  # fault injection for the crash tests
+        self._after_step = after_step  # the daemon's seam for the crash tests
 
     def run(self, busy_s: float, step: Callable[[int], int]) -> int:
         """Earn credit for ``busy_s`` seconds of archiving (none: an idle round), then call
@@ -52,6 +57,6 @@ class MaintenancePacer:
             done += items
             self.credit -= spent
             self.batch_cost = 0.8 * self.batch_cost + 0.2 * max(spent / batches, 1e-5)
-            if self._pause_after_step_s:
-                time.sleep(self._pause_after_step_s)
+            if self._after_step is not None:
+                self._after_step()
         return done

@@ -18,6 +18,7 @@ turn.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from itertools import compress
 
 import redis
@@ -35,7 +36,10 @@ log = structlog.get_logger("partarchive.archiver")
 
 
 class PageArchiver:
-    def __init__(self, ns: Namespace, consumer: str, backlog: BacklogGuard, pause_after_read_s: float = 0.0) -> None:
+    def __init__(
+        self, ns: Namespace, consumer: str, backlog: BacklogGuard, *, after_read: Callable[[], object] | None = None
+    ) -> None:
+        """``after_read``: the daemon's seam for the crash tests, called after each page is read."""
         self.ns = ns
         self.config = ns.config
         self.consumer = consumer
@@ -49,7 +53,7 @@ class PageArchiver:
         self.tier: Tier | None = None  # as the last commit left it (read once before the first)
         self.archived = 0
         self.dead_lettered = 0
-        self._pause_after_read_s = pause_after_read_s
+        self._after_read = after_read
         self.read_wait_s = 0.0  # how long the last read waited for new entries (idle time)
         self._prepared: tuple[Pending, Call] | None = None  # the next commit, built, not sent yet
         self._flushes = STATS_FLUSHES.labels(namespace=ns.keys.namespace)
@@ -119,8 +123,8 @@ class PageArchiver:
         cols, taken, refused = read_payloads(payloads)
         for i, reason in refused.items():
             self._dead_letter(QueueEntry(ids[i], payloads[i]), reason)
-        if self._pause_after_read_s:
-            time.sleep(self._pause_after_read_s)
+        if self._after_read is not None:
+            self._after_read()
         if taken:
             self._write(ids if len(taken) == len(ids) else [ids[i] for i in taken], cols)
         return handled

@@ -20,7 +20,6 @@ they go to the reject list with the reason.
 from __future__ import annotations
 
 import gc
-import os
 import threading
 import time
 from collections import Counter, deque
@@ -59,6 +58,7 @@ class MigrationReport:
     copies: int = 0
     rejected: list[Rejected] = field(default_factory=list)
     flagged: int = 0
+    widened: int = 0
     verified: int | None = None
     deleted: Counter[str] = field(default_factory=Counter)
     tier: str = ""
@@ -85,6 +85,7 @@ class MigrationReport:
             "duplicate_copies": self.copies,
             "rejected": [{"source": r.source, "field": r.field, "reason": r.reason} for r in self.rejected],
             "flagged_workers": self.flagged,
+            "flagged_ranges": self.widened,
             "verified": self.verified,
             "deleted": dict(self.deleted),
             "tier": self.tier,
@@ -120,12 +121,16 @@ class ElkMigration:
     def __init__(self, client: redis.Redis, config: Config, key_prefix: str, *, chunk: int = CHUNK) -> None:
         self.redis = client
         self.chunk = chunk
-        self._pause_before_commit_s = float(os.environ.get("PARTARCHIVE_FAULT_PAUSE_BEFORE_COMMIT", "0"))
         self.config = config
         self.keys = config.keys
         self.source = ElkSource(client, key_prefix)
-        self.archive = Namespace(client, config).archive
+        self.namespace = Namespace(client, config)
+        self.archive = self.namespace.archive
         self._buffers = threading.local()  # one CommitBuffer per importing thread
+
+    def fault_point(self, where: str) -> None:
+        """A seam for the crash tests, called between writing a chunk's detail and its commit
+        (``before_commit``); `tests.faults` makes it pause there. Does nothing here."""
 
     def _items(self, source: str, keep_detail: bool = True) -> Iterator[Item | Rejected]:
         for page in self._pages(source, keep_detail):
@@ -145,6 +150,7 @@ class ElkMigration:
         if dry_run:
             report.elapsed_s = round(time.monotonic() - started, 2)
             return report
+        self.namespace.remember_binding()
         importing = time.monotonic()
         families = ("partitions", "archived", "compressed")
         completed = sum(report.survey[n].by_status.get("completed", 0) for n in families)
@@ -178,7 +184,7 @@ class ElkMigration:
         found: dict[int, Item] = {}
         for source in SOURCES:
             for page in self._pages(source, keep_detail):
-                before, flagged = len(found), 0
+                before, flagged, widened = len(found), 0, 0
                 for got in page:
                     if isinstance(got, Rejected):
                         report.rejected.append(got)
@@ -187,8 +193,10 @@ class ElkMigration:
                     else:
                         found[got.archived.partition_id] = got
                         flagged += got.flag is not None
+                        widened += got.widened
                 report.found[source] += len(found) - before
                 report.flagged += flagged
+                report.widened += widened
         return found
 
     def _batch_aligned(self, pids: list[int]) -> Iterator[list[int]]:
@@ -243,12 +251,11 @@ class ElkMigration:
                 self.archive.write_simple({it.archived.partition_id: it.detail for it in new})
             else:
                 self.archive.write_detail([it.record or it.archived for it in new])
-            if self._pause_before_commit_s:  # fault injection for the crash tests
-                time.sleep(self._pause_before_commit_s)
+            self.fault_point("before_commit")
             stats = self._commit_buffer()
             stats.add([("-", it.archived) for it in new])
             stats.flush()
-            flags = {str(it.archived.partition_id): it.flag for it in new if it.flag}
+            flags = {str(it.archived.partition_id): note for it in new if (note := it.note)}
             if flags:
                 self.redis.hset(self.keys.migrate_flags, mapping=flags)  # type: ignore[arg-type]
         return _Imported(len(new), len(items) - len(new))

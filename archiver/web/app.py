@@ -107,7 +107,7 @@ def create_app(client: redis.Redis, config: Config) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        collector = register_state_collector(client, keys)
+        collector = register_state_collector(ns.archive)
         gc.collect()
         gc.freeze()  # the start-up's objects (FastAPI, pydantic, routes) stay out of every later collection
         try:
