@@ -20,10 +20,11 @@ from __future__ import annotations
 from typing import Any
 
 import redis
+from redis.exceptions import NoScriptError
 
 from layers.keys import ARCHIVER_GROUP, KeySchema
 from layers.queue import page_columns
-from layers.scripts import Scripts
+from layers.scripts import Scripts, located
 
 #: A script call: its name, keys and arguments.
 ScriptCall = tuple[str, list[str], list[Any]]
@@ -41,6 +42,7 @@ class ReadAhead:
         self._reader: Any = None
         self._sender: Any = None
         self._owed = False  # a script reply not read yet
+        self._owed_name = ""  # of the script it is from
 
     @staticmethod
     def usable(client: redis.Redis) -> bool:
@@ -69,6 +71,7 @@ class ReadAhead:
         if self._owed:
             raise RuntimeError("the reply of the script sent before was not read")
         name, keys, args = call
+        self._owed_name = name
         if self._sender is None:
             self._sender = self._pool.get_connection()
         try:
@@ -87,8 +90,10 @@ class ReadAhead:
             raise RuntimeError("no script was sent")
         try:
             return self._sender.read_response()
-        except redis.ResponseError:
+        except NoScriptError:
             raise
+        except redis.ResponseError as exc:
+            raise located(self._owed_name, exc) from None
         except BaseException:
             self._drop_sender()
             raise

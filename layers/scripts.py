@@ -1,15 +1,18 @@
 """Loads the Lua scripts in ``layers/lua`` once and registers them on a client.
 
-A script gets each shared helper file (``_decimal.lua``, ``_record.lua``) that it uses
-prepended, and runs without the others, since defining their functions and tables costs every
-call (~6 us of server time for ``_record.lua``, a quarter of the query router's lookup).
-redis-py's ``Script`` runs ``EVALSHA`` and reloads the script itself after a ``SCRIPT FLUSH``
-or a server restart.
+A script names the helper files it uses in a header line, ``-- include: _checks.lua, _record.lua``
+(a helper may include others the same way); they are put before it, each once, and nothing else
+is, since defining functions and tables costs every call (~6 us of server time for
+``_record.lua``, a quarter of the query router's lookup). Redis reports an error at a line of
+what it was sent; `Scripts` puts the line of the script's own file (or helper's) in the error it
+raises instead. redis-py's ``Script`` runs ``EVALSHA`` and reloads the script itself after a
+``SCRIPT FLUSH`` or a server restart.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -17,25 +20,68 @@ from weakref import WeakKeyDictionary
 
 import redis
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
-PRELUDES = ("_decimal.lua", "_record.lua")
+_INCLUDE = re.compile(r"^-- include: *(.+)$", re.MULTILINE)
+_LINE = re.compile(r"user_script:(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Assembled:
+    """A script as sent to Redis, and where each of its lines comes from."""
+
+    text: str
+    parts: tuple[tuple[str, int], ...]  # (file, how many lines it gave), in order
+
+    def where(self, line: int) -> str:
+        """``layers/lua/<file>:<line>`` for a line of `text` (1-based)."""
+        first = 1
+        for name, count in self.parts:
+            if line < first + count:
+                return f"layers/lua/{name}:{line - first + 1}"
+            first += count
+        return f"layers/lua/{self.parts[-1][0]}:{line}"
+
+    def located(self, exc: ResponseError) -> ResponseError:
+        """``exc`` with each ``user_script:N`` of its message named by file and line."""
+        message = str(exc)
+        named = _LINE.sub(lambda m: self.where(int(m[1])), message)
+        return exc if named == message else type(exc)(named)
+
+
+def includes(text: str) -> list[str]:
+    """The helper files a script's ``-- include:`` lines name, in order."""
+    return [name.strip() for line in _INCLUDE.findall(text) for name in line.split(",") if name.strip()]
 
 
 @cache
-def script_source(name: str) -> str:
+def assembled(name: str) -> Assembled:
     folder = resources.files("layers") / "lua"
-    body = (folder / f"{name}.lua").read_text(encoding="utf-8")
-    preludes = [(folder / prelude).read_text(encoding="utf-8") for prelude in PRELUDES]
-    return "\n".join([*(prelude for prelude in preludes if uses_prelude(prelude, body)), body])
+    order: list[str] = []
+
+    def visit(file: str, seen: tuple[str, ...]) -> None:
+        if file in order:
+            return
+        if file in seen:
+            raise ValueError(f"layers/lua/{file} includes itself through {' -> '.join(seen)}")
+        for helper in includes((folder / file).read_text(encoding="utf-8")):
+            visit(helper, (*seen, file))
+        order.append(file)
+
+    visit(f"{name}.lua", ())
+    texts = [(folder / file).read_text(encoding="utf-8") for file in order]
+    texts = [text if text.endswith("\n") else text + "\n" for text in texts]
+    return Assembled("".join(texts), tuple((file, text.count("\n")) for file, text in zip(order, texts, strict=True)))
 
 
-def uses_prelude(prelude: str, body: str) -> bool:
-    """Whether ``body`` names anything ``prelude`` defines (comments and string literals aside; a
-    local of the same name counts too, which only costs the prelude)."""
-    names = re.findall(r"^local (?:function )?(\w+)", prelude, re.MULTILINE)
-    code = re.sub(r"--[^\n]*|'(?:\\.|[^'\\])*'|\"(?:\\.|[^\"\\])*\"", " ", body)
-    return re.search(rf"\b(?:{'|'.join(names)})\b", code) is not None
+def located(name: str, exc: ResponseError) -> ResponseError:
+    """An error Redis answered to script ``name``, its lines named in the script's own files."""
+    return assembled(name).located(exc)
+
+
+def script_source(name: str) -> str:
+    """What is sent to Redis for script ``name``: its included helpers, then itself."""
+    return assembled(name).text
 
 
 class Scripts:
@@ -71,7 +117,12 @@ class Scripts:
         return str(self._script(name).sha)
 
     def __call__(self, name: str, keys: list[str], args: list[Any], client: Any = None) -> Any:
-        return self._script(name)(keys=keys, args=args, client=client)
+        try:
+            return self._script(name)(keys=keys, args=args, client=client)
+        except NoScriptError:
+            raise
+        except ResponseError as exc:
+            raise located(name, exc) from None
 
     def run_many(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any]:
         """Run several scripts in one round trip (a pipeline of EVALSHA), or one by one on Redis
@@ -88,6 +139,8 @@ class Scripts:
         for i, reply in enumerate(replies):
             if isinstance(reply, NoScriptError):
                 replies[i] = self(*calls[i])
+            elif isinstance(reply, ResponseError):
+                raise located(calls[i][0], reply) from None
             elif isinstance(reply, Exception):
                 raise reply
         return replies

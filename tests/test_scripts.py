@@ -1,51 +1,76 @@
-"""Which scripts get the shared prelude (``_record.lua``): those that name anything it defines."""
+"""How scripts are put together: each gets exactly the helper files its ``-- include:`` line
+names (those it uses, no more), and an error Redis raises names the line of the script's own file."""
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 
 import pytest
 import redis
+from redis.exceptions import ResponseError
 
 from layers import KeySchema
 from layers.replies import as_text
-from layers.scripts import Scripts, script_source, uses_prelude
+from layers.scripts import Scripts, assembled, includes, script_source
 
-PRELUDE = "local ZERO = '0'\nlocal function wrong_type(kinds)\n  return kinds\nend\n"
 LUA = resources.files("layers") / "lua"
+HELPERS = sorted(p.name for p in LUA.iterdir() if p.name.startswith("_") and p.name.endswith(".lua"))
+SCRIPTS = sorted(p.name.removesuffix(".lua") for p in LUA.iterdir() if p.name.endswith(".lua") and p.name[0] != "_")
+_NOT_CODE = re.compile(r"--[^\n]*|'(?:\\.|[^'\\])*'|\"(?:\\.|[^\"\\])*\"")
 
 
-@pytest.mark.parametrize(
-    ("body", "uses"),
-    [
-        ("local bad = wrong_type({'hash'})", True),
-        ("return pcall(wrong_type, x)", True),  # passed as a value, not called
-        ("return ZERO", True),
-        ("local wrong_type = 1", True),  # a local of that name: the prelude is only wasted
-        ("-- wrong_type(...) is not needed here\nreturn 1", False),
-        ("return {'err', 'wrong_type', 'ZERO'}", False),
-        ('return "wrong_type(" .. KEYS[1]', False),
-        ("return 'it\\'s' .. wrong_types", False),  # an escaped quote ends no string
-        ("return ZEROS", False),
-    ],
-)
-def test_uses_prelude(body: str, uses: bool) -> None:
-    assert uses_prelude(PRELUDE, body) is uses
+def _code(text: str) -> str:
+    return _NOT_CODE.sub(" ", text)
 
 
-def test_scripts_that_use_a_prelude_get_it_the_others_run_without() -> None:
-    record, decimal = ((LUA / name).read_text(encoding="utf-8") for name in ("_record.lua", "_decimal.lua"))
-    given: dict[str, set[str]] = {}
-    for path in sorted(LUA.iterdir(), key=lambda p: p.name):
-        name = path.name.removesuffix(".lua")
-        if not path.name.endswith(".lua") or name.startswith("_"):
-            continue
+def _uses(helper: str, text: str) -> bool:
+    """Whether ``text`` names something the helper file defines and does not define it itself."""
+    code = _code(text)
+    own = {n.strip() for group in re.findall(r"local (?:function )?(\w+(?:, *\w+)*)", code) for n in group.split(",")}
+    defined = re.findall(r"^local (?:function )?(\w+)", (LUA / helper).read_text(encoding="utf-8"), re.MULTILINE)
+    return any(re.search(rf"\b{name}\b", code) for name in defined if name not in own)
+
+
+@pytest.mark.parametrize("name", SCRIPTS + HELPERS)
+def test_a_script_includes_exactly_the_helpers_it_uses(name: str) -> None:
+    file = name if name.endswith(".lua") else f"{name}.lua"
+    text = (LUA / file).read_text(encoding="utf-8")
+    assert set(includes(text)) == {h for h in HELPERS if h != file and _uses(h, text)}
+
+
+def test_a_script_is_sent_with_its_helpers_first_each_once() -> None:
+    assert [f for f, _ in assembled("commit").parts] == ["_checks.lua", "_decimal.lua", "commit.lua"]
+    assert [f for f, _ in assembled("claim").parts] == ["_checks.lua", "_record.lua", "claim.lua"]
+    assert [f for f, _ in assembled("dead_letter").parts] == ["dead_letter.lua"]
+    for name in SCRIPTS:
         source = script_source(name)
-        given[name] = {label for label, text in (("record", record), ("decimal", decimal)) if text in source}
-        assert source.endswith(path.read_text(encoding="utf-8"))
-    assert given["commit"] == {"record", "decimal"} and given["stats_merge_range"] == {"decimal"}
-    assert given["complete"] == given["claim"] == given["update"] == {"record"}
-    assert given["lookup"] == given["shelf_put"] == given["hdel_if_equal"] == given["register_workers"] == set()
+        assert source.endswith((LUA / f"{name}.lua").read_text(encoding="utf-8").rstrip("\n") + "\n")
+        assert "_record.lua" not in dict(assembled(name).parts) or name in {
+            "claim", "complete", "release_held", "retry_failed", "update"
+        }
+
+
+def test_every_line_sent_maps_back_to_its_file() -> None:
+    sent = assembled("lookup")
+    own = (LUA / "lookup.lua").read_text(encoding="utf-8").splitlines()
+    lines = sent.text.splitlines()
+    helper_lines = len((LUA / "_shelf.lua").read_text(encoding="utf-8").splitlines())
+    assert sent.where(1) == "layers/lua/_shelf.lua:1"
+    assert sent.where(helper_lines + 1) == "layers/lua/lookup.lua:1" and lines[helper_lines] == own[0]
+    assert sent.where(len(lines)) == f"layers/lua/lookup.lua:{len(own)}"
+    error = ResponseError(f"ERR user_script:{helper_lines + 3}: oops script: abc, on @user_script:{helper_lines + 3}.")
+    assert str(sent.located(error)) == "ERR layers/lua/lookup.lua:3: oops script: abc, on @layers/lua/lookup.lua:3."
+
+
+def test_an_error_in_a_script_names_its_own_file_and_line(real_redis: redis.Redis, namespace: str) -> None:
+    """A slot count that is not a number fails at shelf_put.lua's loop over the slots, which Redis
+    reports at a line of the helper-prefixed text it was sent."""
+    own = (LUA / "shelf_put.lua").read_text(encoding="utf-8").splitlines()
+    line = next(i for i, text in enumerate(own, 1) if text == "else") + 1  # no shelf yet: its slots made here
+    with pytest.raises(ResponseError, match=rf"layers/lua/shelf_put\.lua:{line}\b") as caught:
+        Scripts.of(real_redis)("shelf_put", [KeySchema(namespace).shelf(0)], ["not a number"])
+    assert "user_script" not in str(caught.value)
 
 
 def test_hdel_if_equal_deletes_only_the_unchanged_fields_in_chunks(real_redis: redis.Redis, namespace: str) -> None:

@@ -16,6 +16,8 @@ from archiver.elk.export import Exporter
 from codec import ArchivedPartition, DecodeError, encode_blob
 from codec.shelf import SHELF_SLOTS, pack_shelf, shelf_slot, shelved, unpack_shelf
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy, WrongKeyType, migrate_step
+from layers.replies import as_text
+from layers.scripts import Scripts
 from layers.shelves import SlotWrite
 from stats import StatsChecker
 from tests.conftest import delete_namespace
@@ -106,6 +108,50 @@ def test_the_lua_writer_builds_what_pack_shelf_builds(any_redis: redis.Redis, da
             assert [got[b].slot for b in sorted(got)] == model
     finally:
         delete_namespace(any_redis, namespace)
+
+
+def _lookup_slot(client: redis.Redis, keys: KeySchema, slot: int) -> tuple[bytes | None, str]:
+    """What `lookup.lua` cuts out of shelf 0 for ``slot``, and why it could not ('' if it could)."""
+    k = keys
+    names = [k.active, k.index, k.completed, k.staging(slot), k.done, k.expiry, k.archive_meta, k.workers]
+    reply = Scripts.of(client)("lookup", [*names, k.shelf(0), k.batch(slot)], [1, slot, slot])
+    return reply[8] or None, as_text(reply[10])
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(slots=slot_lists, damage=st.sampled_from(["none", "cut", "table", "magic", "version", "count"]))
+def test_the_lookup_script_reads_shelves_as_the_codec_does(
+    real_redis: redis.Redis, namespace: str, slots: list[bytes | None], damage: str
+) -> None:
+    """Every slot `lookup.lua` cuts out of a shelf is the codec's `shelf_slot`; a damaged shelf is
+    refused with the codec's own words, by `lookup.lua` and by `shelf_put.lua` (which writes nothing)."""
+    keys = KeySchema(namespace)
+    raw = pack_shelf(slots) or pack_shelf([b"x"])
+    raw = {
+        "none": raw,
+        "cut": raw[:-1],
+        "table": raw[:4] + b"\xff\xff\xff\x7f" + raw[8:],
+        "magic": b"\xa7P" + raw[2:],
+        "version": raw[:2] + b"\x02" + raw[3:],
+        "count": raw[:3] + b"\x00" + raw[4:],
+    }[damage]
+    real_redis.set(keys.shelf(0), raw)
+    try:
+        expected: bytes | str | None = shelf_slot(raw, 0)
+    except DecodeError as exc:
+        expected = str(exc)
+    for slot in range(SHELF_SLOTS + 1):
+        cut, why = _lookup_slot(real_redis, keys, slot)
+        if isinstance(expected, str):
+            assert (cut, why) == (None, expected)
+        else:
+            assert (cut, why) == (shelf_slot(raw, slot), "")
+    reply = Scripts.of(real_redis)("shelf_put", [keys.shelf(0)], [SHELF_SLOTS, 0, b"", b"y"])
+    if isinstance(expected, str):
+        assert [as_text(x) for x in reply] == ["err", "corrupt", f"{keys.shelf(0)}: {expected}"]
+        assert real_redis.get(keys.shelf(0)) == raw
+    else:
+        assert reply == [int(shelf_slot(raw, 0) is None)]
 
 
 def test_a_shelf_key_of_another_type_is_refused_untouched(real_redis: redis.Redis, namespace: str) -> None:

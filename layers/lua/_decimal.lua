@@ -1,7 +1,7 @@
--- Exact arithmetic on integers kept as decimal text, prepended by layers/scripts.py to every
--- script that uses it (not a script of its own). Statistics sums may pass 2^63, where HINCRBY
--- fails (one partition of the whole int64 range processes 2^64 ids), and ids pass 2^53, where
--- Lua numbers stop being exact. Arguments match '^%-?%d+$' (checked by the caller).
+-- Exact arithmetic on integers kept as decimal text, included by the scripts that name this file
+-- in their '-- include:' line (layers/scripts.py); not a script of its own. Statistics sums may
+-- pass 2^63, where HINCRBY fails (one partition of the whole int64 range processes 2^64 ids), and
+-- ids pass 2^53, where Lua numbers stop being exact. Arguments match '^%-?%d+$' (checked by the caller).
 
 local DECIMAL_CHUNK, DECIMAL_BASE = 7, 10000000
 

@@ -1,4 +1,5 @@
--- Shared helpers, prepended by layers/scripts.py to every script that uses them (not a script of its own).
+-- Helpers for active records, included by the scripts that name this file in their '-- include:'
+-- line (layers/scripts.py); not a script of its own.
 --
 -- A record is handled as its top-level JSON members, each kept as raw text, and never goes
 -- through cjson.encode: cjson prints numbers with 14 significant digits (ids are signed
@@ -311,32 +312,6 @@ local function load_owned(hash, pid, worker, expected)
     return nil, {'err', 'version', string.format('%.0f', rec.version)}
   end
   return rec
-end
-
--- nil if every key is of its kind or absent, else the error reply naming the first that is not.
--- Run before the first write, so a foreign key of the wrong type cannot leave half a change.
-local function wrong_type(kinds)
-  for i, kind in ipairs(kinds) do
-    if KEYS[i] then
-      local actual = redis.call('TYPE', KEYS[i]).ok
-      if actual ~= 'none' and actual ~= kind then
-        return {'err', 'wrong_type', KEYS[i] .. ' is a ' .. actual .. ', not a ' .. kind}
-      end
-    end
-  end
-  return nil
-end
-
--- nil if every field of our status counters hash is an integer, else the error reply naming the
--- first that is not: HINCRBY on such a field would fail after the script's first write.
-local function corrupt_counts(key)
-  local flat = redis.call('HGETALL', key)
-  for i = 1, #flat, 2 do
-    if not string.match(flat[i + 1], '^%-?%d+$') then
-      return {'err', 'corrupt_meta', key .. ' ' .. flat[i]}
-    end
-  end
-  return nil
 end
 
 -- elk_coordinator's own status counters (elk_partition_stats), moved as Go moves them. A

@@ -7,6 +7,7 @@
 -- Returns {'none', corrupt pids...} or {'ok', record JSON, previous holder or ''}.
 -- Index entries that no longer match their record (a Go worker moved it, or it is gone) are
 -- corrected as they are met; a corrupt record is skipped and reported, never written.
+-- include: _checks.lua, _record.lua
 local bad_type = wrong_type({'hash', 'zset', 'zset', 'hash', 'hash'})
 bad_type = bad_type or corrupt_counts(KEYS[4])
 if bad_type then

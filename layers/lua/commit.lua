@@ -30,6 +30,8 @@
 -- registry changed, or a key or the meta hash is not ours.
 -- The tier rule mirrors layers/tiers.py TierPolicy.tier_after: simple below compressed_from,
 -- compressed from it, summary above summary_above; a stored tier never moves down.
+-- include: _checks.lua, _decimal.lua
+
 -- whether a comes before b: exactly for integers (ids pass 2^53), as numbers otherwise
 local function less(a, b)
   if string.match(a, '^%-?%d+$') and string.match(b, '^%-?%d+$') then

@@ -22,6 +22,7 @@
 -- Redis does not roll a script back when a command fails, so every key's type is checked
 -- before the first write, and XADD, the write most likely to be refused (a full server),
 -- comes first: a failure leaves no trace.
+-- include: _checks.lua, _record.lua
 local bad_type = wrong_type({'hash', 'zset', 'hash', 'string', 'stream', 'hash', 'string', 'zset', 'hash'})
 bad_type = bad_type or corrupt_counts(KEYS[3])
 if bad_type then

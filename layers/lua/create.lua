@@ -8,6 +8,7 @@
 -- Returns {'ok', first_pid, last_pid} or {'err', 'pid_range', last pid it would reach}.
 -- Ids go on from the larger of our counter and Go's max_partition_id, so partitions created by
 -- an elk_coordinator leader and by partarchive never share an id.
+-- include: _checks.lua
 local bad_type = wrong_type({'hash', 'zset', 'hash', 'hash', 'hash'})
 bad_type = bad_type or corrupt_counts(KEYS[3])
 if bad_type then

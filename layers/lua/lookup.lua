@@ -9,6 +9,7 @@
 -- shelf problem, batch size}: the slot as the shelf holds it (codec/shelf.py) or false, '' or
 -- why the shelf's table cannot be read, and the stored batch size (the caller computed ARGV[2]
 -- from the one it knew: if they differ it asks again).
+-- include: _shelf.lua
 local pid, batch, slot = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local out = {
   redis.call('HGET', KEYS[1], pid),
@@ -28,37 +29,19 @@ local size = redis.call('STRLEN', KEYS[9])
 if size == 0 then
   return out
 end
-local head = redis.call('GETRANGE', KEYS[9], 0, 3)
-local count = string.byte(head, 4) or 0
-local data = 4 + 4 * count
-if #head < 4 or string.sub(head, 1, 3) ~= '\167S\1' or count == 0 or size < data then
-  out[11] = 'not a shelf of format 1, or shorter than its slot table'
+local count, why = shelf_count(redis.call('GETRANGE', KEYS[9], 0, 3))
+local ends
+if count then
+  ends, why = shelf_ends(redis.call('GETRANGE', KEYS[9], 4, 3 + 4 * count), count, size)
+end
+if not ends then
+  out[11] = why
   return out
 end
-local tbl = redis.call('GETRANGE', KEYS[9], 4, data - 1)
-local start, stop, prev = 0, 0, 0
-for i = 0, count - 1 do
-  local a, b, c, d = string.byte(tbl, 1 + 4 * i, 4 + 4 * i)
-  local e = a + b * 256 + c * 65536 + d * 16777216
-  if e < prev then
-    out[11] = 'shelf slot table does not match its data'
-    return out
-  end
-  if i == slot - 1 then
-    start = e
-  elseif i == slot then
-    stop = e
-  end
-  prev = e
-end
-if slot == 0 then
-  start = 0
-end
-if data + prev ~= size then
-  out[11] = 'shelf slot table does not match its data'
-  return out
-end
-if slot < count and stop > start then
+local start = slot == 0 and 0 or ends[slot]
+local stop = ends[slot + 1]
+if stop and stop > start then
+  local data = 4 + 4 * count
   out[9] = redis.call('GETRANGE', KEYS[9], data + start, data + stop - 1)
 end
 return out

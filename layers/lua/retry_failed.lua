@@ -5,6 +5,7 @@
 -- ARGV[1] now (unix s)  ARGV[2] now as RFC 3339 JSON text   ARGV[3] limit
 -- Returns {moved, looked at}: every record is read and checked before the first write; a
 -- corrupt one stays where it is, an index entry whose record moved on is dropped.
+-- include: _checks.lua, _record.lua
 local bad_type = wrong_type({'hash', 'zset', 'zset', 'hash', 'hash'})
 bad_type = bad_type or corrupt_counts(KEYS[4])
 if bad_type then

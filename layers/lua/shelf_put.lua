@@ -7,35 +7,28 @@
 -- Returns a 1 (written) or 0 (changed since read: read again) per triple, or
 -- {'err', 'wrong_type' | 'corrupt' | 'bad_slot', detail} with nothing written.
 -- A shelf left without any blob is deleted.
+-- include: _shelf.lua
 local kind = redis.call('TYPE', KEYS[1]).ok
 if kind ~= 'none' and kind ~= 'string' then
   return {'err', 'wrong_type', KEYS[1] .. ' is a ' .. kind .. ', not a string'}
 end
-local MAGIC = '\167S\1'
 local count = tonumber(ARGV[1])
 local slots = {}
 local shelf = redis.call('GET', KEYS[1])
 if shelf then
-  if #shelf < 4 or string.sub(shelf, 1, 3) ~= MAGIC then
-    return {'err', 'corrupt', KEYS[1] .. ' is not a shelf of format 1'}
+  local found, why = shelf_count(shelf)
+  local ends
+  if found then
+    count = found
+    ends, why = shelf_ends(string.sub(shelf, 5, 4 + 4 * count), count, #shelf)
   end
-  count = string.byte(shelf, 4)
-  local data = 4 + 4 * count
-  if count == 0 or #shelf < data then
-    return {'err', 'corrupt', KEYS[1] .. ' is shorter than its slot table'}
+  if not ends then
+    return {'err', 'corrupt', KEYS[1] .. ': ' .. why}
   end
-  local start = 0
+  local data, start = 4 + 4 * count, 0
   for i = 1, count do
-    local a, b, c, d = string.byte(shelf, 1 + 4 * i, 4 + 4 * i)
-    local stop = a + b * 256 + c * 65536 + d * 16777216
-    if stop < start then
-      return {'err', 'corrupt', KEYS[1] .. ' has its slot table out of order'}
-    end
-    slots[i] = string.sub(shelf, data + start + 1, data + stop)
-    start = stop
-  end
-  if data + start ~= #shelf then
-    return {'err', 'corrupt', KEYS[1] .. ' has a slot table that does not match its data'}
+    slots[i] = string.sub(shelf, data + start + 1, data + ends[i])
+    start = ends[i]
   end
 else
   for i = 1, count do
@@ -61,17 +54,11 @@ for i = 2, #ARGV, 3 do
   end
 end
 if changed then
-  local ends = {}
-  local stop = 0
-  for i = 1, count do
-    stop = stop + #slots[i]
-    ends[i] = string.char(stop % 256, math.floor(stop / 256) % 256, math.floor(stop / 65536) % 256,
-                          math.floor(stop / 16777216) % 256)
-  end
-  if stop == 0 then
+  local packed = shelf_pack(slots, count)
+  if packed == '' then
     redis.call('DEL', KEYS[1])
   else
-    redis.call('SET', KEYS[1], MAGIC .. string.char(count) .. table.concat(ends) .. table.concat(slots))
+    redis.call('SET', KEYS[1], packed)
   end
 end
 return results

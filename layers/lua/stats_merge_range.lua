@@ -4,6 +4,7 @@
 -- KEYS[1] range hash   KEYS[2] coarse range hash
 -- Returns the fields merged, or {'err', 'corrupt', field} (nothing written), with the coarse
 -- range's key after the field when the field is the coarse range's.
+-- include: _decimal.lua
 local fields = redis.call('HGETALL', KEYS[1])
 if #fields == 0 then
   return 0

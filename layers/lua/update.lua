@@ -7,6 +7,7 @@
 -- Returns {'ok', record JSON} or {'err', code, current status or version}.
 -- A Go record that fails gets `error` and `options.error` and a zero heartbeat, as Go's
 -- settled failure has; everything is read and checked before the first write.
+-- include: _checks.lua, _record.lua
 local bad_type = wrong_type({'hash', 'zset', 'zset', 'hash', 'hash'})
 bad_type = bad_type or corrupt_counts(KEYS[4])
 if bad_type then
