@@ -103,7 +103,7 @@ class Namespace:
         return ProgressLog(self.redis, self.keys)
 
     @cached_property
-    def stats(self) -> StatsReader:
+    def stats_reader(self) -> StatsReader:
         return StatsReader(self.redis, self.keys)
 
     def commit_buffer(self) -> CommitBuffer:

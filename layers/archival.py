@@ -20,9 +20,8 @@ from typing import Any
 
 import redis
 
-from layers.errors import WrongKeyType
 from layers.keys import KeySchema
-from layers.replies import as_text
+from layers.replies import as_text, script_error
 from layers.scripts import Scripts
 
 RELEASE_STEP = 500
@@ -83,11 +82,11 @@ class ArchivalSwitch:
         """Queue up to ``limit`` held partitions; None while archival is paused."""
         k = self.keys
         reply = self._scripts("release_held", [k.active, k.archival_held, k.queue, k.archival_paused], [limit])
-        head = as_text(reply[0])
-        if head == "paused":
+        if as_text(reply[0]) == "paused":
             return None
-        if head == "err":
-            raise WrongKeyType(as_text(reply[2]))
+        refused = script_error(reply)
+        if refused is not None:
+            raise RuntimeError(f"release_held refused: {refused}")
         return Released(int(reply[0]), int(reply[1]), int(reply[2]), [as_text(p) for p in reply[3:]])
 
 

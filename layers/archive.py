@@ -29,7 +29,7 @@ from codec import ArchivedPartition, ValidationError
 from codec.elk import ElkRecord, as_archived
 from codec.page import Columns
 from layers.keys import KeySchema
-from layers.meta import stored_int, stored_tier
+from layers.meta import read_tier, stored_int, stored_tier
 from layers.scripts import Scripts
 from layers.sealing import BatchSealing
 from layers.shelves import ShelfStore
@@ -37,7 +37,7 @@ from layers.tiers import Tier, TierPolicy
 from layers.workers import WorkerRegistry
 
 
-class ArchiveLayer(BatchSealing):
+class ArchiveLayer:
     def __init__(self, redis_client: redis.Redis, keys: KeySchema, policy: TierPolicy | None = None) -> None:
         self.redis = redis_client
         self.keys = KeySchema.of(keys, client=redis_client)
@@ -45,17 +45,41 @@ class ArchiveLayer(BatchSealing):
         self.workers = WorkerRegistry(redis_client, keys)
         self._scripts = Scripts.of(redis_client)
         self.shelves = ShelfStore(redis_client, self.keys)
+        self.dead_letters = self.shelves.dead_letters
+        self.sealing = BatchSealing(redis_client, self.keys, self.policy, self.workers, self.shelves)
         self._batch_size_checked = False
         self._stored_batch_size: int | None = None  # once stored it never changes
-        self.seals: Counter[int] = Counter()  # batch number -> seals by this process
 
     # state
 
     def tier(self) -> Tier:
         """The stored tier (it only moves up), or the policy's tier for the total if that is higher."""
-        key = self.keys.archive_meta
-        raw: Any = self.redis.hmget(key, ["tier", "total"])
-        return self.policy.tier_after(stored_tier(key, raw[0]), stored_int(key, "total", raw[1], default=0))
+        return read_tier(self.redis, self.keys, self.policy)
+
+    # sealing (`layers.sealing`)
+
+    @property
+    def seals(self) -> Counter[int]:
+        """Batch number -> seals made by this process."""
+        return self.sealing.seals
+
+    def seal(self, batch_no: int, tier: Tier | None = None, extra: Sequence[ArchivedPartition] = ()) -> bool:
+        return self.sealing.seal(batch_no, tier, extra)
+
+    def seal_many(self, batches: dict[int, list[ArchivedPartition]], tier: Tier | None = None) -> int:
+        return self.sealing.seal_many(batches, tier)
+
+    def seal_idle(self, now: float | None = None, limit: int = 100) -> int:
+        return self.sealing.seal_idle(now, limit)
+
+    def seal_all(self) -> int:
+        return self.sealing.seal_all()
+
+    def decode_batch(self, blob: bytes) -> list[ArchivedPartition]:
+        return self.sealing.decode_batch(blob)
+
+    def find_in_batch(self, blob: bytes, pid: int) -> ArchivedPartition | None:
+        return self.sealing.find_in_batch(blob, pid)
 
     def retention_s(self) -> int:
         """The summary tier's retention: the stored policy, else the configured one."""

@@ -16,7 +16,7 @@ import redis
 from layers.errors import CorruptMetadata, WrongKeyType
 from layers.keys import KeySchema
 from layers.replies import as_text
-from layers.tiers import Tier
+from layers.tiers import Tier, TierPolicy
 
 
 def stored_int(key: str, field: str, raw: Any, *, default: int, minimum: int = 0) -> int:
@@ -52,6 +52,14 @@ def stored_tier(key: str, raw: Any) -> Tier:
     except ValueError:
         names = ", ".join(t.value for t in Tier)
         raise CorruptMetadata(f"{key} field tier is {text[:40]!r}, not one of {names}") from None
+
+
+def read_tier(client: redis.Redis, keys: KeySchema, policy: TierPolicy) -> Tier:
+    """The tier in force: the stored one (it only moves up), or the policy's for the stored total
+    if that is higher."""
+    key = keys.archive_meta
+    raw: Any = client.hmget(key, ["tier", "total"])
+    return policy.tier_after(stored_tier(key, raw[0]), stored_int(key, "total", raw[1], default=0))
 
 
 #: The type of every fixed-name key of a namespace (per-batch, per-range and per-day keys aside).

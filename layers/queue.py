@@ -13,12 +13,11 @@ from typing import Any, NamedTuple
 
 import redis
 
+from layers.dead_letters import DeadLetters
 from layers.keys import ARCHIVER_GROUP, KeySchema
 from layers.meta import is_wrong_type, wrong_type_error
 from layers.replies import as_text
 from layers.scripts import Scripts
-
-DEAD_LETTERS_KEPT = 10_000
 
 
 class QueueEntry(NamedTuple):
@@ -116,6 +115,7 @@ class ArchiveQueue:
         self._scripts = Scripts.of(redis_client)
         self._claim_cursor = "0-0"
         self._raw = _raw_reads(redis_client)
+        self.letters = DeadLetters(redis_client, self.keys, self.group)
 
     def ensure_group(self) -> None:
         try:
@@ -175,11 +175,7 @@ class ArchiveQueue:
         return [QueueEntry(e.entry_id, e.payload, counts.get(e.entry_id, 1)) for e in entries]
 
     def dead_letter(self, entry: QueueEntry, reason: str) -> None:
-        self._scripts(
-            "dead_letter",
-            [self.keys.queue, self.keys.dead_letter],
-            [self.group, entry.entry_id, reason, entry.payload, DEAD_LETTERS_KEPT],
-        )
+        self.letters.entry(entry.entry_id, entry.payload, reason)
 
     # the dead-letter stream, for operators
 

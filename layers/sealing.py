@@ -4,8 +4,8 @@ kept in its shelf slot (`layers.shelves`).
 Safe against concurrent sealers: a slot is written only if it still holds the blob the sealer
 read (a refused seal reads again), and only the staged records that were read, still unchanged,
 are then deleted from the staging hash. A bulk import seals many batches in a few round trips
-(`seal_many`). Part of `ArchiveLayer`, kept apart because it is the one subtle write of the
-archive.
+(`seal_many`). `ArchiveLayer` holds one (``archive.sealing``) and offers its seals; kept apart
+because it is the one subtle write of the archive.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import redis
 from codec import ArchivedPartition, DecodeError, decode_blob, encode_blob, find_in_blob
 from codec.elk import as_archived, parse_archived
 from layers.keys import KeySchema
-from layers.queue import DEAD_LETTERS_KEPT
+from layers.meta import read_tier
 from layers.replies import as_text
 from layers.scripts import Scripts
 from layers.shelves import ShelfStore, SlotWrite, StoredBatch
@@ -48,18 +48,22 @@ class _SealWrite:
 
 
 class BatchSealing:
-    """The sealing half of `ArchiveLayer` (which provides these attributes)."""
+    """Seals one namespace's batches into their shelves (`ShelfStore`), naming workers through
+    its registry; counts the seals this process made (``seals``, batch number -> seals)."""
 
-    redis: redis.Redis
-    keys: KeySchema
-    policy: TierPolicy
-    workers: WorkerRegistry
-    seals: Counter[int]
-    shelves: ShelfStore
-    _scripts: Scripts
+    def __init__(
+        self, client: redis.Redis, keys: KeySchema, policy: TierPolicy, workers: WorkerRegistry, shelves: ShelfStore
+    ) -> None:
+        self.redis = client
+        self.keys = keys
+        self.policy = policy
+        self.workers = workers
+        self.shelves = shelves
+        self.seals: Counter[int] = Counter()
+        self._scripts = Scripts.of(client)
 
     def tier(self) -> Tier:
-        raise NotImplementedError
+        return read_tier(self.redis, self.keys, self.policy)
 
     def seal_all(self) -> int:
         """Seal every batch with staged records, in batch order (the end of a bulk import)."""
@@ -167,7 +171,7 @@ class BatchSealing:
             try:
                 part = as_archived(parse_archived(raw))
             except DecodeError as exc:
-                self._dead_letter(f"stage:{batch_no}:{name}", f"corrupt staged record: {exc}", raw)
+                self.shelves.dead_letters.note(f"stage:{batch_no}:{name}", f"corrupt staged record: {exc}", raw)
                 continue
             records[part.partition_id] = part
             json_bytes += len(raw)
@@ -247,16 +251,8 @@ class BatchSealing:
             return self.decode_batch(blob)
         except DecodeError as exc:
             self.redis.set(self.keys.quarantine(batch_no), blob)
-            self._dead_letter(f"batch:{batch_no}", f"corrupt batch blob quarantined: {exc}", b"")
+            self.shelves.dead_letters.note(f"batch:{batch_no}", f"corrupt batch blob quarantined: {exc}")
             return []
-
-    def _dead_letter(self, what: str, reason: str, payload: bytes) -> None:
-        self.redis.xadd(
-            self.keys.dead_letter,
-            {"entry": what, "reason": reason, "p": payload},
-            maxlen=DEAD_LETTERS_KEPT,
-            approximate=True,
-        )
 
     def find_in_batch(self, blob: bytes, pid: int) -> ArchivedPartition | None:
         """One partition's record in a blob (None if the batch does not hold it)."""

@@ -20,10 +20,9 @@ import redis
 
 from codec import DecodeError
 from codec.shelf import SHELF_SLOTS, shelf_slot, shelved, unshelved
-from layers.errors import WrongKeyType
+from layers.dead_letters import DeadLetters
 from layers.keys import KeySchema
-from layers.queue import DEAD_LETTERS_KEPT
-from layers.replies import as_text
+from layers.replies import script_error
 from layers.scripts import Scripts
 
 
@@ -65,6 +64,7 @@ class ShelfStore:
         self.redis = client
         self.keys = keys
         self._scripts = Scripts.of(client)
+        self.dead_letters = DeadLetters(client, keys)
 
     def read(self, numbers: Iterable[int], *, repair: bool = True) -> dict[int, StoredBatch]:
         """The stored blobs of these batches, in one round trip (see `add_reads`)."""
@@ -121,13 +121,11 @@ class ShelfStore:
         replies = self._scripts.run_many(calls)
         written: list[int] = []
         for (s, group), reply in zip(sorted(by_shelf.items()), replies, strict=True):
-            if reply and as_text(reply[0]) == "err":
-                kind, detail = as_text(reply[1]), as_text(reply[2])
-                if kind == "wrong_type":
-                    raise WrongKeyType(detail)
-                if kind != "corrupt":
-                    raise RuntimeError(detail)
-                self._quarantine(s, self.redis.get(self.keys.shelf(s)), detail)
+            refused = script_error(reply)
+            if refused is not None:
+                if refused.code != "corrupt":
+                    raise RuntimeError(f"shelf_put refused: {refused.detail}")
+                self._quarantine(s, self.redis.get(self.keys.shelf(s)), refused.detail)
                 continue
             written += [w.batch_no for w, ok in zip(group, reply, strict=True) if int(ok)]
         done = set(written)
@@ -143,11 +141,6 @@ class ShelfStore:
             return
         pipe = self.redis.pipeline(transaction=False)
         pipe.set(self.keys.shelf_quarantine(shelf_no), raw)
-        pipe.xadd(
-            self.keys.dead_letter,
-            {"entry": f"shelf:{shelf_no}", "reason": f"corrupt shelf quarantined: {reason}", "p": b""},
-            maxlen=DEAD_LETTERS_KEPT,
-            approximate=True,
-        )
+        self.dead_letters.note(f"shelf:{shelf_no}", f"corrupt shelf quarantined: {reason}", pipe=pipe)
         pipe.execute()
         self._scripts("del_if_equal", [self.keys.shelf(shelf_no)], [raw])

@@ -29,7 +29,6 @@ from codec import ArchivedPartition, DecodeError, blob_record_count
 from codec.elk import as_archived, parse_archived
 from layers.archive import ArchiveLayer
 from layers.meta import stored_float
-from layers.queue import DEAD_LETTERS_KEPT
 from layers.replies import as_text
 from layers.scripts import Scripts
 from layers.shelves import SlotWrite
@@ -185,12 +184,7 @@ def _move_batches(archive: ArchiveLayer, tier: Tier, fields: dict[int, list[str]
         archive.seal_many(found, tier)
     pipe = r.pipeline(transaction=False)
     for name, raw in corrupt:
-        pipe.xadd(
-            keys.dead_letter,
-            {"entry": f"simple:{name}", "reason": "corrupt simple-tier record", "p": raw},
-            maxlen=DEAD_LETTERS_KEPT,
-            approximate=True,
-        )
+        archive.dead_letters.note(f"simple:{name}", "corrupt simple-tier record", raw, pipe=pipe)
     pipe.execute()
     if read or corrupt:
         _delete_unchanged(archive, [*read, *corrupt])
@@ -222,7 +216,7 @@ def shelve_step(archive: ArchiveLayer) -> int:
     numbers = range(cursor, min(last_batch + 1, cursor + _SHELVE_STEP))
     stored = archive.shelves.read(numbers)
     old = {b: batch for b, batch in stored.items() if batch.legacy is not None}
-    if archive.shelve(old) == len(old):  # else walked again: a batch sealed meanwhile is read anew
+    if archive.sealing.shelve(old) == len(old):  # else walked again: a batch sealed meanwhile is read anew
         r.hset(keys.archive_meta, "shelve_cursor", numbers[-1] + 1)
     return len(numbers)
 

@@ -36,10 +36,9 @@ from typing import Any, Literal, NamedTuple
 from codec import ArchivedPartition, ValidationError
 from codec.page import Columns
 from layers import ArchiveLayer, StaleWorkerNumbers
-from layers.errors import CorruptMetadata, WrongKeyType
 from layers.keys import ARCHIVER_GROUP
 from layers.meta import stored_int
-from layers.replies import as_text
+from layers.replies import as_text, script_error
 from layers.scripts import Scripts
 from layers.tiers import Tier
 from stats.rollup import DEFAULT_RANGE_WIDTH, Op, rollup_ops
@@ -154,11 +153,8 @@ class Committer:
         k = self.archive.keys
         if status == "stale_workers":
             raise StaleWorkerNumbers(f"the worker registry {k.workers} changed meanwhile; nothing was committed")
-        what = as_text(reply[2])
-        if as_text(reply[1]) == "wrong_type":
-            raise WrongKeyType(what)
-        where = what if " " in what else f"{k.archive_meta} {what}"
-        raise CorruptMetadata(f"{where} is not a number partarchive wrote; nothing was committed")
+        refused = script_error(reply, meta_key=k.archive_meta, unchanged="nothing was committed")
+        raise RuntimeError(f"commit refused: {refused}")
 
     def commit(self, pending: Pending, already: set[int] | None = None) -> CommitResult:
         """Run the commit, again without the partitions found counted already (one round trip;

@@ -126,7 +126,7 @@ def run_demo(
             bar.update(min(daemon.archived, len(pids)) - bar.n)
         bar.update(min(daemon.archived, len(pids)) - bar.n)
     finished.set()
-    router = QueryRouter(client, ns.keys, archive=ns.archive, summary_lookup=ns.stats.range_summary)
+    router = QueryRouter(client, ns.keys, archive=ns.archive, summary_lookup=ns.stats_reader.range_summary)
     found = in_archive = 0
     for pid in pids:
         answer = router.get(pid)

@@ -101,7 +101,7 @@ def _error(status: int, error: str, detail: Any = None, headers: Mapping[str, st
 def create_app(client: redis.Redis, config: Config) -> FastAPI:
     ns = Namespace(client, config)
     keys = ns.keys
-    reader = ns.stats
+    reader = ns.stats_reader
     router = QueryRouter(client, keys, archive=ns.archive, summary_lookup=reader.range_summary)
     active = ns.active
 
