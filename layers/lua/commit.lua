@@ -5,7 +5,7 @@
 -- written and the duplicates are returned, so the caller can rebuild the statistics without
 -- them and move them to the ack-only list. The caller's side of this contract is
 -- stats/commit.py. Ids travel as comma-separated lists (one argument each, not one per id) and
--- the bits are read and set by BITFIELD, 1,000 per call: this runs for every archived partition.
+-- the bits are read and set a byte range at a time (`index_bits`): this runs for every archived partition.
 -- Range hashes name workers by their registry number: the numbers are those of the registry
 -- generation in ARGV[8], and if the registry holds another one (it was lost and rebuilt since
 -- the caller read it), nothing is written.
@@ -48,17 +48,64 @@ local function split(list)
   return out
 end
 
--- BITFIELD arguments to GET and to SET the bits of ids[first..last] (1,000 at most per call)
-local function bitfield_args(ids, first, last)
-  local get, set = {}, {}
-  local g, s = 0, 0
-  for i = first, last do
-    local id = ids[i]
-    get[g + 1], get[g + 2], get[g + 3] = 'GET', 'u1', id
-    set[s + 1], set[s + 2], set[s + 3], set[s + 4] = 'SET', 'u1', id, 1
-    g, s = g + 3, s + 4
+-- The index bits of `pids`: the duplicates (bit set already) and a function that sets the bits.
+-- Pids that lie within INDEX_SPAN bytes of the bitmap (a page of completions, nearly in order)
+-- are read with one GETRANGE and written back with one SETRANGE; others go through BITFIELD,
+-- 1,000 GET/SET a call. Each pid is given once (the caller's dedupe).
+local INDEX_SPAN = 4000
+local function index_bits(pids)
+  local n = #pids
+  local nums, lo, hi = {}, math.huge, -1
+  for i = 1, n do
+    local p = tonumber(pids[i])
+    nums[i] = p
+    lo, hi = math.min(lo, p), math.max(hi, p)
   end
-  return get, set
+  local dups = {}
+  if n == 0 then
+    return dups, function() end
+  end
+  local first_byte = math.floor(lo / 8)
+  local span = math.floor(hi / 8) - first_byte + 1
+  if span <= INDEX_SPAN then
+    local raw = redis.call('GETRANGE', KEYS[1], first_byte, first_byte + span - 1)
+    local bytes = {string.byte(raw, 1, -1)}
+    for j = #raw + 1, span do
+      bytes[j] = 0
+    end
+    for i = 1, n do
+      local p = nums[i]
+      local j = math.floor(p / 8) - first_byte + 1
+      local mask = 2 ^ (7 - p % 8)
+      if math.floor(bytes[j] / mask) % 2 == 1 then
+        dups[#dups + 1] = pids[i]
+      else
+        bytes[j] = bytes[j] + mask
+      end
+    end
+    return dups, function()
+      redis.call('SETRANGE', KEYS[1], first_byte, string.char(unpack(bytes)))
+    end
+  end
+  local sets = {}
+  for first = 1, n, 1000 do
+    local get, set = {}, {}
+    for i = first, math.min(n, first + 999) do
+      get[#get + 1], get[#get + 2], get[#get + 3] = 'GET', 'u1', pids[i]
+      set[#set + 1], set[#set + 2], set[#set + 3], set[#set + 4] = 'SET', 'u1', pids[i], 1
+    end
+    sets[#sets + 1] = set
+    for k, bit in ipairs(redis.call('BITFIELD', KEYS[1], unpack(get))) do
+      if bit == 1 then
+        dups[#dups + 1] = pids[first + k - 1]
+      end
+    end
+  end
+  return dups, function()
+    for _, set in ipairs(sets) do
+      redis.call('BITFIELD', KEYS[1], unpack(set))
+    end
+  end
 end
 
 local function ack(ids)
@@ -122,26 +169,14 @@ for k, ops in pairs(fields_of) do
     current[i] = value
   end
 end
-local dups, sets = {}, {}
-for first = 1, n, 1000 do
-  local last = math.min(n, first + 999)
-  local get, set = bitfield_args(pids, first, last)
-  sets[#sets + 1] = set
-  for i, bit in ipairs(redis.call('BITFIELD', KEYS[1], unpack(get))) do
-    if bit == 1 then
-      dups[#dups + 1] = pids[first + i - 1]
-    end
-  end
-end
+local dups, set_index_bits = index_bits(pids)
 if #dups > 0 then
   table.insert(dups, 1, 'dup')
   return dups
 end
 local meta_max = tonumber(meta[1] or '0')
 local max_pid = math.max(meta_max, tonumber(ARGV[7]))
-for _, set in ipairs(sets) do
-  redis.call('BITFIELD', KEYS[1], unpack(set))
-end
+set_index_bits()
 if ARGV[9] ~= '' then
   for first = 1, n, 500 do
     local last = math.min(n, first + 499)
