@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields, replace
+import re
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from codec.errors import ValidationError
@@ -24,6 +25,11 @@ class Config:
     redis_url: str | None = None
     namespace: str = "elk"
     cluster: bool = False
+    sentinel: str | None = None
+    sentinel_master: str | None = None
+    sentinel_password: str | None = field(default=None, repr=False)
+    redis_password: str | None = field(default=None, repr=False)
+    sentinel_retry_s: float = 60.0
     elk_prefix: str | None = None
     record_format: str | None = None
     adopt_elk: bool = False
@@ -81,8 +87,14 @@ class Config:
             low_water=self.skip_compression_low_water,
         )
 
+    @property
+    def sentinels(self) -> list[tuple[str, int]]:
+        """The Sentinel addresses (empty without ``--sentinel``)."""
+        return parse_addresses(self.sentinel) if self.sentinel else []
+
     def __post_init__(self) -> None:
         check_namespace(self.namespace)
+        self._check_sentinel()
         _ = self.keys  # validates the binding
         if self.record_format is not None and self.record_format not in RECORD_FORMATS:
             raise ValidationError(f"record_format must be native or elk, got {self.record_format!r}")
@@ -111,6 +123,23 @@ class Config:
         if self.scale_interval_s <= 0 or self.scale_up_age_s < 0 or self.scale_down_idle_s < 0:
             raise ValidationError("the scaling interval must be positive, its ages not negative")
 
+    def _check_sentinel(self) -> None:
+        if not self.sentinel:
+            if self.sentinel_master:
+                raise ValidationError("--sentinel-master needs --sentinel host:port[,...] (PARTARCHIVE_SENTINEL)")
+            return
+        if self.cluster:
+            raise ValidationError(
+                "--sentinel and --cluster exclude each other: the sentinels of one primary, or any node of a cluster"
+            )
+        _ = self.sentinels  # validates the addresses
+        if not self.sentinel_master:
+            raise ValidationError(
+                "--sentinel needs --sentinel-master NAME (PARTARCHIVE_SENTINEL_MASTER): the name the sentinels monitor"
+            )
+        if self.sentinel_retry_s <= 0:
+            raise ValidationError("sentinel_retry_s must be positive")
+
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Config:
         """``REDIS_URL`` and ``PARTARCHIVE_<FIELD>`` variables, then explicit overrides."""
@@ -125,6 +154,21 @@ class Config:
             values[f.name] = _parse(f.name, raw, f.type)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return replace(cls(), **values)
+
+
+_ADDRESS = re.compile(r"(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9_.-]+)):(?P<port>[0-9]{1,5})")
+
+
+def parse_addresses(text: str) -> list[tuple[str, int]]:
+    """``host:port[,host:port...]`` (an IPv6 host in brackets: ``[::1]:26379``) as (host, port) pairs."""
+    found: list[tuple[str, int]] = []
+    for item in text.split(","):
+        match = _ADDRESS.fullmatch(item.strip())
+        port = int(match.group("port")) if match else 0
+        if match is None or not 1 <= port <= 65535:
+            raise ValidationError(f"--sentinel takes host:port[,host:port...], got {item.strip()!r}")
+        found.append((match.group("ipv6") or match.group("host"), port))
+    return found
 
 
 def _parse(name: str, raw: str, kind: Any) -> Any:

@@ -1,5 +1,6 @@
 """A namespace's state as one report (layer sizes, job progress, tier, queue backlog, the backlog
-modes, Redis memory): for ``partarchive status`` and the dashboard."""
+modes, Redis memory, the node that answers and its replicas): for ``partarchive status`` and the
+dashboard."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 import redis
 
 from archiver.config import Config
+from archiver.engine.topology import serving_node
 from archiver.namespace import Namespace
 from layers.liveness import ArchiverHealth
 from layers.transitions import transition_state
@@ -50,5 +52,6 @@ def collect_status(
             "used_memory": int(memory["used_memory"]),  # type: ignore[index]
             "used_memory_human": memory["used_memory_human"],  # type: ignore[index]
             "maxmemory": int(memory.get("maxmemory", 0)),  # type: ignore[union-attr]
-        },
+        }
+        | serving_node(client, ns.keys.active),
     }

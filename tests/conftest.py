@@ -18,11 +18,16 @@ import redis
 
 from archiver.engine import connect
 from archiver.engine.local_cluster import LocalCluster
+from archiver.engine.local_sentinel import LocalSentinel
 from layers import KeySchema
 
 #: Fixtures that put a test on a real engine or on a local cluster (its ``engine`` / ``cluster`` marker).
 ENGINE_FIXTURES = {"engine_url", "real_redis"}
 CLUSTER_FIXTURES = {"local_cluster", "cluster_redis"}
+SENTINEL_FIXTURES = {"local_sentinel", "sentinel_redis"}
+#: The passwords of the shared Sentinel setup: its data nodes' and its sentinels' (no output may show them).
+DATA_PASSWORD = "data-pw-6f1c2e"
+SENTINEL_PASSWORD = "sentinel-pw-93ab07"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -37,6 +42,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.engine)
         if used & CLUSTER_FIXTURES:
             item.add_marker(pytest.mark.cluster)
+        if used & SENTINEL_FIXTURES:
+            item.add_marker(pytest.mark.sentinel)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
@@ -93,6 +100,30 @@ def cluster_server() -> str:
     if chosen:
         return chosen
     return (shutil.which("redis-server") or "") if os.environ.get("REDIS_URL") else ""
+
+
+def sentinel_server() -> str:
+    """The server binary for Sentinel setups: redis-server when installed, else the embedded valkey-server."""
+    return shutil.which("redis-server") or ""
+
+
+@pytest.fixture(scope="session")
+def local_sentinel() -> Iterator[LocalSentinel]:
+    """A primary, one replica and three sentinels for the session, all with passwords (a test that
+    kills the primary starts a setup of its own)."""
+    with LocalSentinel(binary=sentinel_server(), password=DATA_PASSWORD, sentinel_password=SENTINEL_PASSWORD) as setup:
+        yield setup
+
+
+@pytest.fixture
+def sentinel_redis(local_sentinel: LocalSentinel, namespace: str) -> Iterator[redis.Redis]:
+    """A client of the shared setup's primary, through the sentinels."""
+    client = local_sentinel.client()
+    try:
+        yield client
+    finally:
+        delete_namespace(client, namespace)
+        client.close()
 
 
 @pytest.fixture

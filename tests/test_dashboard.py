@@ -55,6 +55,8 @@ def test_the_overview_adds_up(server_redis: redis.Redis, namespace: str) -> None
     assert (p["total"], p["done"], p["failed"], p["pending"], p["archived"]) == (30, 20, 0, 10, 20)
     assert p["percent_done"] == 66.67 and len(p["trend"]) == 60 and set(p["rates"]) >= {"1m", "1h", "24h"}
     assert not o["pressure"]["skipping"] and not o["archival"]["paused"]
+    mode = "cluster" if isinstance(server_redis, redis.RedisCluster) else "single"
+    assert (o["redis"]["mode"], o["redis"]["role"]) == (mode, "master") and o["redis"]["node"].startswith("127.0.0.1:")
 
 
 def test_the_page_and_its_assets_are_served_from_the_package(real_redis: redis.Redis, namespace: str) -> None:
@@ -112,6 +114,9 @@ def test_the_dashboard_in_chromium(served: tuple[str, redis.Redis], request: pyt
             assert page.text_content("#active-total") == "10"
             assert page.text_content("#dead-count") == "1"
             assert page.text_content("#tier") == "simple"
+            port, replicas = client.connection_pool.connection_kwargs["port"], client.info("replication")
+            assert page.text_content("#redis-node").endswith(f":{port} (single, master)")
+            assert page.text_content("#redis-replicas").endswith(f" of {replicas['connected_slaves']}")
             assert page.locator("#chart svg rect.bar").count() == 48
             assert page.locator("#chart svg circle.duration-point").count() >= 1
             assert page.locator("#archivers tr").count() == 2  # the header and the daemon that drained

@@ -35,6 +35,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="Redis Cluster: a cluster client and hash-tagged keys (demo without --redis-url starts a local cluster)",
     )
     common.add_argument(
+        "--sentinel",
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="Redis Sentinel: the sentinels to ask for the primary ($PARTARCHIVE_SENTINEL; passwords only from "
+        "$PARTARCHIVE_SENTINEL_PASSWORD and $PARTARCHIVE_REDIS_PASSWORD)",
+    )
+    common.add_argument(
+        "--sentinel-master",
+        metavar="NAME",
+        help="with --sentinel: the master name they monitor ($PARTARCHIVE_SENTINEL_MASTER)",
+    )
+    common.add_argument(
         "--elk-prefix",
         help="bind the namespace to the elk_coordinator deployment with this KeyPrefix ($PARTARCHIVE_ELK_PREFIX)",
     )

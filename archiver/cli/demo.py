@@ -156,7 +156,13 @@ def command(args: argparse.Namespace, config: Config) -> int:
         raise CliError("--partitions must be in 0..1000000")
     if not 1 <= args.workers <= 256:
         raise CliError("--workers must be in 1..256")
-    with open_engine(config.redis_url, cluster=config.cluster) as engine:
+    if config.sentinel:
+        from archiver.engine.sentinel import sentinel_engine
+
+        opened = sentinel_engine(config)
+    else:
+        opened = open_engine(config.redis_url, cluster=config.cluster)
+    with opened as engine:
         where = redact_url(engine.url)
         if engine.embedded:
             where = "a local cluster of 3 valkey-servers" if config.cluster else "embedded valkey-server"

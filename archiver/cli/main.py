@@ -58,6 +58,8 @@ def _config(args: argparse.Namespace) -> Config:
         redis_url=args.redis_url,
         namespace=args.namespaces[0] if args.namespaces else None,
         cluster=args.cluster,
+        sentinel=args.sentinel,
+        sentinel_master=args.sentinel_master,
         claim_idle_ms=getattr(args, "claim_idle_ms", None),
         read_count=getattr(args, "read_count", None),
         elk_prefix=args.elk_prefix,

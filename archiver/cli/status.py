@@ -11,6 +11,7 @@ from typing import Any
 from archiver.cli.args import CliError
 from archiver.cli.target import open_namespace
 from archiver.config import Config
+from archiver.engine.topology import describe_node
 from archiver.output import print_json
 from archiver.status import collect_status
 
@@ -107,6 +108,7 @@ def format_status(report: dict[str, Any]) -> str:
         ("archivers alive", report["archivers_alive"]),
         ("dead letters", q["dead_letters"]),
         ("redis used_memory", f"{report['redis']['used_memory_human']} ({report['redis']['used_memory']:,} B)"),
+        ("redis node", describe_node(report["redis"])),
     ]
     width = max(len(label) for label, _ in rows)
     return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)

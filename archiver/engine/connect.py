@@ -49,9 +49,10 @@ def redact_text(text: str) -> str:
     return _CREDENTIALS.sub(r"\1***@", text)
 
 
-def connect(url: str, *, cluster: bool = False) -> redis.Redis:
+def connect(url: str, *, cluster: bool = False, password: str | None = None) -> redis.Redis:
     """A client of the server at ``url``; with ``cluster``, a `redis.RedisCluster` that finds
     the other nodes from this one and follows MOVED/ASK redirects and failovers itself.
+    ``password`` is used when the URL carries none.
 
     The cluster client is typed as `redis.Redis`: it offers the same commands (pipelines
     without transactions, scripts), which is all the layers use.
@@ -62,27 +63,34 @@ def connect(url: str, *, cluster: bool = False) -> redis.Redis:
             # a failover takes about two node timeouts: retries with backoff ride it out
             retry = Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=10)
             client: redis.Redis = redis.RedisCluster.from_url(  # type: ignore[assignment]
-                url, socket_connect_timeout=5, socket_timeout=10, retry=retry
+                url, socket_connect_timeout=5, socket_timeout=10, retry=retry, password=password
             )
         else:
-            client = redis.Redis.from_url(url, socket_connect_timeout=5, health_check_interval=30)
+            client = redis.Redis.from_url(url, socket_connect_timeout=5, health_check_interval=30, password=password)
         client.ping()
     except ValueError as exc:
-        raise EngineError(f"invalid Redis URL {safe!r}: {_redacted(str(exc), url)}") from None
+        raise EngineError(f"invalid Redis URL {safe!r}: {_redacted(str(exc), url, password)}") from None
     except (redis.RedisError, RedisClusterException) as exc:
         what = "Redis Cluster" if cluster else "Redis"
-        raise EngineError(f"cannot reach {what} at {safe}: {_redacted(str(exc), url)}") from None
+        raise EngineError(f"cannot reach {what} at {safe}: {_redacted(str(exc), url, password)}") from None
     return client
 
 
-def _redacted(message: str, url: str) -> str:
+def _redacted(message: str, url: str, password: str | None = None) -> str:
     try:
-        password = urlsplit(url).password
+        in_url = urlsplit(url).password
     except ValueError:
         return "the URL cannot be parsed"
-    return message.replace(password, "***") if password else message
+    for secret in (in_url, password):
+        message = message.replace(secret, "***") if secret else message
+    return message
 
 
 def client_for(config: Config) -> redis.Redis:
-    """The client a command uses: the configured server (a cluster client with ``cluster``)."""
-    return connect(config.redis_url or DEFAULT_REDIS_URL, cluster=config.cluster)
+    """The client a command uses: the primary the sentinels name (with ``sentinel``), or the
+    configured server (a cluster client with ``cluster``)."""
+    if config.sentinel:
+        from archiver.engine.sentinel import connect_sentinel
+
+        return connect_sentinel(config)
+    return connect(config.redis_url or DEFAULT_REDIS_URL, cluster=config.cluster, password=config.redis_password)

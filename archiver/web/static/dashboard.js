@@ -150,6 +150,9 @@ function show(o) {
   $("bytes-per-partition").textContent = a.bytes_per_partition === null ? "–" : `${a.bytes_per_partition} B`;
   $("compression").textContent = a.compression_ratio ? `${a.compression_ratio}x` : "–";
   $("redis-memory").textContent = o.redis.used_memory_human;
+  $("redis-node").textContent = `${o.redis.node} (${o.redis.mode}, ${o.redis.role})`;
+  $("redis-replicas").textContent = `${fmt(o.redis.replicas_in_step)} of ${fmt(o.redis.replicas)}`;
+  $("redis-replicas").title = o.redis.in_step_rule;
   rows($("tier-bytes"), Object.entries(a.bytes).map(([k, v]) => [k.replace("_", " "), bytes(v)]));
 
   chart($("chart"), o.series);

@@ -1,0 +1,213 @@
+"""A client of the primary that Redis Sentinel names, which follows it through a failover.
+
+redis-py's `redis.sentinel.Sentinel.master_for` asks the sentinels for the primary's address when
+it opens a connection, and drops a connection whose server turned replica (``READONLY``). What it
+does not do is wait: between the primary's death and the promotion of a replica (Sentinel's
+``down-after-milliseconds`` plus the election, seconds to half a minute) every call fails. So the
+client retries connection errors for a window of time (`FailoverRetry`), asking the sentinels again
+at each reconnection (`FollowingConnection`), and a worker's call or an archiver's round rides out
+the promotion instead of raising.
+
+Before handing out a client, `connect_sentinel` asks each sentinel for the master by name itself,
+without retries, so a typo (a port, the master's name, a password) is one line at once rather than
+a minute of retries.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import redis
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
+from redis.exceptions import AuthenticationError, AuthorizationError
+from redis.retry import Retry
+from redis.sentinel import Sentinel, SentinelManagedConnection
+
+from archiver.config import Config
+from archiver.engine.connect import Engine, EngineError
+
+T = TypeVar("T")
+PROBE_TIMEOUT_S = 2.0
+
+
+class FailoverRetry(Retry):
+    """Retries connection errors and timeouts for ``window_s`` seconds from the first failure, with
+    exponential backoff (50 ms doubling, at most 1 s, jittered); a refused password is not retried.
+
+    A window rather than redis-py's count of attempts: redis-py nests the connection's retry (when
+    it connects) inside the command's, so counts multiply, while two nested windows add up to at
+    most twice the window.
+    """
+
+    def __init__(self, window_s: float) -> None:
+        super().__init__(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=-1)
+        self.window_s = window_s
+
+    def call_with_retry(
+        self,
+        do: Callable[[], T],
+        fail: Callable[..., Any],
+        is_retryable: Callable[[Exception], bool] | None = None,
+        with_failure_count: bool = False,
+    ) -> T:
+        self._backoff.reset()  # type: ignore[no-untyped-call]
+        failures = 0
+        deadline: float | None = None
+        while True:
+            try:
+                return do()
+            except self._supported_errors as error:
+                if isinstance(error, AuthenticationError | AuthorizationError) or (
+                    is_retryable is not None and not is_retryable(error)
+                ):
+                    raise
+                failures += 1
+                fail(error, failures) if with_failure_count else fail(error)
+                now = time.monotonic()
+                deadline = now + self.window_s if deadline is None else deadline
+                if now >= deadline:
+                    raise
+                time.sleep(min(self._backoff.compute(failures), deadline - now))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FailoverRetry) and other.window_s == self.window_s
+
+    __hash__ = Retry.__hash__
+
+
+class FollowingConnection(SentinelManagedConnection):
+    """A connection to the primary that asks the sentinels where it is each time it connects.
+
+    redis-py's `SentinelManagedConnection` asks only in `connect`; a command's retry reconnects
+    through `connect_check_health`, to the address the connection had, so a call that fails as the
+    primary dies keeps knocking at the dead one until its retries run out (redis/redis-py#3874).
+    """
+
+    def connect_check_health(self, check_health: bool = True, retry_socket_connect: bool = True) -> None:
+        if not self._sock and self.connection_pool.is_master:
+            self.host, self.port = self.connection_pool.get_master_address()
+        super().connect_check_health(check_health=check_health, retry_socket_connect=retry_socket_connect)
+
+    def _connect_retry(self) -> None:
+        if not self.connection_pool.is_master:
+            super()._connect_retry()  # type: ignore[no-untyped-call]
+        elif not self._sock:  # asks for the address once, above
+            self.connect_check_health(check_health=self.connection_pool.check_connection, retry_socket_connect=False)
+
+
+def sentinel_client(
+    sentinels: list[tuple[str, int]],
+    master: str,
+    *,
+    password: str | None = None,
+    sentinel_password: str | None = None,
+    retry_s: float = 60.0,
+    **kwargs: Any,
+) -> redis.Redis:
+    """A client of ``master``'s current primary (`master_for`, with `FailoverRetry`); not checked.
+    ``kwargs`` go to the data nodes' connections (e.g. ``decode_responses``)."""
+    manager = Sentinel(  # type: ignore[no-untyped-call]
+        sentinels,
+        sentinel_kwargs={
+            "password": sentinel_password,
+            "socket_connect_timeout": PROBE_TIMEOUT_S,
+            "socket_timeout": PROBE_TIMEOUT_S,
+            "retry": Retry(NoBackoff(), 0),  # the next sentinel is asked instead
+        },
+    )
+    options: dict[str, Any] = {"socket_connect_timeout": 5, "socket_timeout": 10, "health_check_interval": 30}
+    client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
+        master, password=password, retry=FailoverRetry(retry_s), connection_class=FollowingConnection,
+        **(options | kwargs),
+    )  # fmt: skip
+    return client
+
+
+def connect_sentinel(config: Config) -> redis.Redis:
+    """The configured Sentinel master's client, once a sentinel has named its primary and the
+    primary has answered; every failure is an `EngineError` of one line without a password."""
+    assert config.sentinel_master is not None
+    sentinels, master = config.sentinels, config.sentinel_master
+    secrets = [s for s in (config.sentinel_password, config.redis_password) if s]
+    primary = discover_primary(sentinels, master, config.sentinel_password, secrets)
+    client = sentinel_client(
+        sentinels,
+        master,
+        password=config.redis_password,
+        sentinel_password=config.sentinel_password,
+        retry_s=config.sentinel_retry_s,
+    )
+    try:
+        client.ping()
+    except AuthenticationError as exc:
+        client.close()
+        raise EngineError(
+            f"the primary of {master!r} at {primary} refused the password "
+            f"(PARTARCHIVE_REDIS_PASSWORD): {_hidden(str(exc), secrets)}"
+        ) from None
+    except redis.RedisError as exc:
+        client.close()
+        reason = _hidden(str(exc), secrets)
+        raise EngineError(f"cannot reach the primary of {master!r} at {primary}: {reason}") from None
+    return client
+
+
+def discover_primary(sentinels: list[tuple[str, int]], master: str, password: str | None, secrets: list[str]) -> str:
+    """``host:port`` of ``master``'s primary as the first sentinel that knows it says; otherwise
+    why not, as one line: no sentinel reachable, a refused password, or no such master."""
+    unknown: list[str] = []
+    failures: list[str] = []
+    for host, port in sentinels:
+        where = _address(host, port)
+        probe = redis.Redis(
+            host=host,
+            port=port,
+            password=password,
+            socket_connect_timeout=PROBE_TIMEOUT_S,
+            socket_timeout=PROBE_TIMEOUT_S,
+            retry=Retry(NoBackoff(), 0),
+        )
+        try:
+            found = probe.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", master)  # type: ignore[no-untyped-call]
+        except AuthenticationError as exc:
+            failures.append(f"{where} refused the password (PARTARCHIVE_SENTINEL_PASSWORD): {exc}")
+            continue
+        except redis.ResponseError as exc:
+            failures.append(f"{where} is not a Sentinel ({exc})")
+            continue
+        except (redis.RedisError, OSError) as exc:
+            failures.append(f"{where}: {exc}")
+            continue
+        finally:
+            probe.close()
+        if found:
+            ip, primary_port = (part.decode() if isinstance(part, bytes) else str(part) for part in found)
+            return _address(ip, int(primary_port))
+        unknown.append(where)
+    every = ", ".join(_address(h, p) for h, p in sentinels)
+    if unknown:
+        raise EngineError(f"no Sentinel at {every} monitors a master named {master!r}")
+    raise EngineError(f"cannot reach Sentinel at {every}: {_hidden('; '.join(failures), secrets)}")
+
+
+@contextmanager
+def sentinel_engine(config: Config) -> Iterator[Engine]:
+    """`connect_sentinel` as an `Engine` (for the demo), closed on exit."""
+    client = connect_sentinel(config)
+    try:
+        yield Engine(client, f"Sentinel master {config.sentinel_master!r} via {config.sentinel}", embedded=False)
+    finally:
+        client.close()
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _hidden(message: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        message = message.replace(secret, "***")
+    return message
