@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from archiver.engine import connect
-from archiver.engine.local_cluster import LocalCluster
+from archiver.engine.local_cluster import LocalCluster, Node
 from codec.errors import PartArchiveError
 from layers import ActiveLayer, ArchiveLayer, KeySchema
 from stats import StatsChecker, StatsReader
@@ -78,6 +78,16 @@ def test_an_untagged_namespace_is_refused_on_the_cluster(cluster_redis: redis.Re
         raise AssertionError("an untagged schema was accepted on a cluster client")
 
 
+def _caught_up(cluster: LocalCluster, master: Node) -> bool:
+    """Whether the master's replica has received everything the master had written when asked."""
+    offset = int(master.client.info("replication")["master_repl_offset"])
+    index = cluster.nodes.index(master)
+    replicas = [n for n in cluster.nodes if n.master_of == index and n.alive()]
+    return bool(replicas) and all(
+        int(n.client.info("replication").get("slave_repl_offset", -1)) >= offset for n in replicas
+    )
+
+
 @pytest.mark.chaos
 def test_a_master_failover_loses_nothing_and_counts_once(namespace: str) -> None:
     total = 1500
@@ -119,8 +129,9 @@ def test_a_master_failover_loses_nothing_and_counts_once(namespace: str) -> None
             victim = cluster.master_of_slot(client.keyslot(sdk.keys.queue))
             # The replica is in step up to the last few milliseconds, as in a healthy deployment, so what
             # the kill loses is the writes of that window. (A replica far behind, on a starved machine,
-            # would lose whatever Redis loses; no client can prevent that.)
-            wait_for(lambda: int(victim.client.execute_command("WAIT", 1, 1000)) == 1, 60, "the replica in step")
+            # would lose whatever Redis loses; no client can prevent that.) WAIT would count only its own
+            # connection's writes: the replica's offset is compared with the master's instead.
+            wait_for(lambda: _caught_up(cluster, victim), 60, "the replica in step")
             cluster.kill(victim)
             killed.set()
             assert completed < total  # mid-run
