@@ -18,7 +18,7 @@ from redis.typing import ScriptTextT
 from archiver.engine import connect
 from archiver.engine.local_cluster import LocalCluster, Node
 from codec.errors import PartArchiveError
-from layers import ActiveLayer, Completion, slot_moves
+from layers import ActiveLayer, ArchiveQueue, Completion, KeySchema, slot_moves
 from layers.errors import SlotMoving
 from layers.scripts import Scripts
 from layers.slot_moves import ride_out, run_transaction
@@ -238,3 +238,26 @@ def test_a_transaction_on_one_server_is_sent_once(fake_time: FakeTime) -> None:
     client = fakeredis.FakeRedis()
     assert run_transaction(client, lambda pipe: pipe.hset("x", "f", 1), "a note") == [1]
     assert not fake_time.slept
+
+
+@pytest.mark.cluster
+def test_a_read_blocked_on_the_queue_ends_quietly_when_the_queue_moves(namespace: str) -> None:
+    """Redis 7.0 ends a blocked XREADGROUP whose stream a MIGRATE took away with UNBLOCKED; valkey
+    leaves it blocked on the old node until its timeout. Either way the read finds nothing."""
+    with LocalCluster(masters=3, binary=cluster_server()) as cluster:
+        client = connect(cluster.url, cluster=True)
+        queue = ArchiveQueue(client, KeySchema(namespace, cluster=True))
+        queue.ensure_group()
+        slot = client.keyslot(queue.keys.queue)
+        source, new = cluster.master_of_slot(slot), cluster.add_master()
+        read: dict[str, object] = {}
+        reader = threading.Thread(target=lambda: read.update(entries=queue.read_new("c", 10, 2000)))
+        reader.start()
+        with contextlib.closing(source.client) as src:
+            wait_for(lambda: src.info("clients")["blocked_clients"] == 1, 10, "the read to block")
+        cluster.move_slot(slot, new)
+        reader.join(10)
+        assert read == {"entries": []}
+        client.xadd(queue.keys.queue, {"p": b"x"})
+        assert [e.payload for e in queue.read_new("c", 10, 0)] == [b"x"]
+        client.close()
