@@ -97,6 +97,8 @@ def test_a_script_waits_out_the_move_of_its_slot_where_redis_py_gives_up(namespa
             plain.get(probe)
         plain.close()
         assert client.get(probe) == b"kept"  # ASK followed to the new master
+        with contextlib.closing(connect(cluster.url, cluster=True)) as fresh:
+            assert fresh.get(probe) == b"kept"  # by a client no layer has seen yet
         assert Scripts.of(client)("del_if_equal", [probe], ["other"]) == 0  # there by EVAL: never loaded
         outcome: dict[str, object] = {}
 
