@@ -74,7 +74,7 @@ class Namespace:
         keys = (k.active, k.counts, k.queue, k.archive_meta, k.stats_global)
         if not isinstance(self.redis, redis.RedisCluster):
             return bool(self.redis.exists(*keys))
-        return bool(ride_out(lambda: self.redis.exists(*keys), "a look for the namespace"))  # one slot: TRYAGAIN
+        return bool(ride_out(lambda: self.redis.exists(*keys), "namespace_exists"))  # one slot: TRYAGAIN
 
     @cached_property
     def active(self) -> ActiveLayer:

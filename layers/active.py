@@ -246,7 +246,7 @@ class ActiveLayer:
                     pipe.zadd(zset, members)  # type: ignore[arg-type]
             pipe.hset(k.counts, mapping={s.value: counts.get(s.value, 0) for s in ACTIVE_STATUSES})
 
-        run_transaction(self.redis, rebuild, "the active layer's sync")
+        run_transaction(self.redis, rebuild, "active_sync")
         self._next_sync = self._clock() + _SYNC_EVERY_S
         return {s.value: counts.get(s.value, 0) for s in ACTIVE_STATUSES}
 

@@ -82,7 +82,7 @@ class Scripts:
         if not self._cluster:
             return script(keys=keys, args=args, client=client)
         on = client or self._client
-        return ride_out(lambda: _run_anywhere(on, script, keys, args), f"script {name}")
+        return ride_out(lambda: _run_anywhere(on, script, keys, args), name)
 
     def run_many(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any]:
         """Run several scripts in one round trip (a pipeline of EVALSHA), or one by one on Redis

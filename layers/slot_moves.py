@@ -29,7 +29,8 @@ What redis-py (8.1) does about it on its own, read in its source and tried on a 
 So: `follow_ask_to_new_masters` lets a client follow ASK to a master it has not met; `ride_out`
 sends a call refused because its slot is moving again, with exponential backoff and jitter, for
 up to `BUDGET_S`, then raises `SlotMoving`. `layers.scripts.Scripts` runs every script through it on
-Redis Cluster, `run_transaction` every MULTI/EXEC.
+Redis Cluster, `run_transaction` every MULTI/EXEC. Each call sent again is counted in
+``partarchive_slot_move_retries_total{call}`` (created on the first, so importing registers nothing).
 """
 
 from __future__ import annotations
@@ -37,9 +38,11 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from functools import cache
 from typing import Any, TypeVar
 
 import redis
+from prometheus_client import Counter
 from redis.client import Pipeline
 from redis.cluster import PRIMARY, ClusterNode, NodesManager
 from redis.exceptions import AskError, ClusterError, SlotNotCoveredError, TryAgainError
@@ -60,7 +63,8 @@ MOVING_ERRORS = (TryAgainError, AskError, ClusterError, SlotNotCoveredError)
 def ride_out(call: Callable[[], T], what: str, *, budget_s: float | None = None) -> T:
     """``call()``, called again while Redis Cluster refuses it because its slot is moving, with
     exponential backoff and jitter (20 ms doubling up to 1 s, each scaled by 0.5..1); raises
-    `SlotMoving` once ``budget_s`` (default `BUDGET_S`) would be exceeded. Other errors pass."""
+    `SlotMoving` once ``budget_s`` (default `BUDGET_S`) would be exceeded. Other errors pass.
+    ``what`` names the call in the error and in the retries' metric (a few fixed names)."""
     budget = BUDGET_S if budget_s is None else budget_s
     deadline = time.monotonic() + budget
     tries = 0
@@ -75,10 +79,20 @@ def ride_out(call: Callable[[], T], what: str, *, budget_s: float | None = None)
             if time.monotonic() + delay > deadline:
                 last = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
                 raise SlotMoving(
-                    f"{what} was refused for {budget:g} s while its slot moved between masters "
+                    f"Redis Cluster refused {what!r} for {budget:g} s while its slot moved between masters "
                     f"({tries} tries, the last: {last}); it did not run"
                 ) from exc
+            slot_move_retries().labels(call=what).inc()
             time.sleep(delay)
+
+
+@cache
+def slot_move_retries() -> Counter:
+    return Counter(
+        "partarchive_slot_move_retries",
+        "Calls sent again because Redis Cluster refused them while their slot moved between masters.",
+        ["call"],
+    )
 
 
 def run_transaction(client: redis.Redis, fill: Callable[[Pipeline], object], what: str) -> list[Any]:

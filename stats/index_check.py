@@ -156,7 +156,7 @@ class IndexCheck:
                 pipe.rpush(self.key + ":examples", str(d))
             pipe.ltrim(self.key + ":examples", 0, EXAMPLES_KEPT - 1)
 
-        run_transaction(self.redis, note, "the index check's progress")
+        run_transaction(self.redis, note, "index_check_progress")
 
     def _totals(self) -> list[Difference]:
         """The index's bit count, the global totals and the per-worker totals, read in one MULTI."""
@@ -167,7 +167,7 @@ class IndexCheck:
             pipe.hgetall(k.stats_global)
             pipe.hgetall(k.stats_workers)
 
-        bits, raw_global, raw_workers = run_transaction(self.redis, reads, "the index check's totals")
+        bits, raw_global, raw_workers = run_transaction(self.redis, reads, "index_check_totals")
         totals = {as_text(a): int(b) for a, b in raw_global.items() if as_text(a) != "last_updated"}
         by_kind: dict[str, int] = defaultdict(int)
         for name, value in raw_workers.items():
@@ -209,7 +209,7 @@ class IndexCheck:
             )
             pipe.delete(self.key, self.key + ":examples")
 
-        run_transaction(self.redis, done, "the index check's result")
+        run_transaction(self.redis, done, "index_check_result")
         (log.info if report.ok else log.warning)("archive checked against the index", **_fields(report))
         return report
 

@@ -226,7 +226,7 @@ class StatsChecker:
                     if fields:
                         pipe.hset(key, mapping=fields)  # type: ignore[arg-type]
 
-            run_transaction(self.redis, rewrite, "the statistics repair")
+            run_transaction(self.redis, rewrite, "stats_repair")
             report.repaired_keys = len(rewrites)
         self.redis.hset(
             self.keys.stats_meta,

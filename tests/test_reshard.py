@@ -12,6 +12,7 @@ from typing import Any
 import fakeredis
 import pytest
 import redis
+from prometheus_client import REGISTRY
 from redis.exceptions import AskError, ClusterDownError, ClusterError, MovedError, NoScriptError, TryAgainError
 from redis.typing import ScriptTextT
 
@@ -24,6 +25,9 @@ from layers.scripts import Scripts
 from layers.slot_moves import ride_out, run_transaction
 from tests.conftest import cluster_server
 from tests.helpers import wait_for
+
+RETRIES = "partarchive_slot_move_retries_total"
+SDK_CALLS = ("claim", "complete")
 
 
 def owners(cluster: LocalCluster, slot: int) -> set[int]:
@@ -123,6 +127,11 @@ def test_a_script_waits_out_the_move_of_its_slot_where_redis_py_gives_up(namespa
         client.close()
 
 
+def retries(calls: tuple[str, ...]) -> float:
+    """This process's ``partarchive_slot_move_retries_total`` of these calls."""
+    return sum(REGISTRY.get_sample_value(RETRIES, {"call": call}) or 0.0 for call in calls)
+
+
 class FakeTime:
     """The clock `ride_out` waits on, moved on by its sleeps only."""
 
@@ -171,16 +180,17 @@ MOVING = [
 
 @pytest.mark.parametrize("refusal", MOVING, ids=lambda e: type(e).__name__)
 def test_a_call_refused_while_its_slot_moves_is_sent_again(fake_time: FakeTime, refusal: Exception) -> None:
-    call = Replies(*[refusal] * 6, "ran")
-    assert ride_out(call, "script complete") == "ran" and call.calls == 7
+    call, before = Replies(*[refusal] * 6, "ran"), retries(("complete",))
+    assert ride_out(call, "complete") == "ran" and call.calls == 7
+    assert retries(("complete",)) == before + 6
     assert len(fake_time.slept) == 6 and all(0.01 <= s <= slot_moves.MAX_DELAY_S for s in fake_time.slept)
     assert fake_time.slept[-1] > fake_time.slept[0]  # backing off
 
 
 def test_a_call_refused_past_the_budget_is_a_typed_error(fake_time: FakeTime) -> None:
     call = Replies(TryAgainError("Multiple keys request during rehashing of slot"))
-    with pytest.raises(SlotMoving, match=r"script complete was refused for 10 s .* it did not run") as caught:
-        ride_out(call, "script complete")
+    with pytest.raises(SlotMoving, match=r"refused 'complete' for 10 s .* it did not run") as caught:
+        ride_out(call, "complete")
     assert fake_time.now <= slot_moves.BUDGET_S and call.calls > 10
     assert max(fake_time.slept) == pytest.approx(slot_moves.MAX_DELAY_S, rel=0.5)
     assert isinstance(caught.value, PartArchiveError) and isinstance(caught.value, redis.RedisError)
@@ -193,7 +203,7 @@ def test_a_call_refused_past_the_budget_is_a_typed_error(fake_time: FakeTime) ->
 def test_other_errors_are_not_retried_here(fake_time: FakeTime, error: Exception) -> None:
     call = Replies(error, "ran")
     with pytest.raises(type(error)):
-        ride_out(call, "script complete")
+        ride_out(call, "complete")
     assert call.calls == 1 and not fake_time.slept
 
 
