@@ -1,32 +1,25 @@
-"""Live resharding: a new master added to a local cluster and slots moved to it key by key
-(`LocalCluster.add_master`, `LocalCluster.move_slot`), and calls riding out the move
-(`layers.slot_moves`): on real servers where redis-py alone gives up, and with refusals injected."""
+"""Live resharding: a fourth master added to a local cluster and slots moved to it key by key
+(`LocalCluster.add_master`, `LocalCluster.move_slot`), also while workers complete partitions and
+``partarchive run --processes 2`` archives them; nothing may be lost, counted twice, dead-lettered
+or go unanswered, and no SDK call may fail."""
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from types import SimpleNamespace
-from typing import Any
+import time
+from collections.abc import Callable
 
-import fakeredis
 import pytest
-import redis
-from prometheus_client import REGISTRY
-from redis.exceptions import AskError, ClusterDownError, ClusterError, MovedError, NoScriptError, TryAgainError
-from redis.typing import ScriptTextT
 
 from archiver.engine import connect
 from archiver.engine.local_cluster import LocalCluster, Node
-from codec.errors import PartArchiveError
-from layers import ActiveLayer, ArchiveQueue, Completion, KeySchema, slot_moves
-from layers.errors import SlotMoving
-from layers.scripts import Scripts
-from layers.slot_moves import ride_out, run_transaction
+from archiver.router import QueryRouter
+from layers import ActiveLayer, ArchiveLayer, KeySchema, TierPolicy
+from stats import StatsChecker, StatsReader
 from tests.conftest import cluster_server
-from tests.helpers import wait_for
+from tests.helpers import RouterWatch, free_port, refusals, retries, start_archiver, stop_process, wait_for
 
-RETRIES = "partarchive_slot_move_retries_total"
 SDK_CALLS = ("claim", "complete")
 
 
@@ -66,210 +59,142 @@ def test_a_slot_moves_to_a_new_master_with_its_keys(namespace: str) -> None:
         client.close()
 
 
-def refusals(*nodes: Node) -> int:
-    """The commands these nodes refused or sent on because of a slot move (TRYAGAIN, ASK)."""
-    total = 0
-    for node in nodes:
-        with contextlib.closing(node.client) as client:
-            stats = client.info("errorstats")
-        total += sum(int(stats.get(f"errorstat_{code}", {}).get("count", 0)) for code in ("TRYAGAIN", "ASK"))
-    return total
+class Load:
+    """Worker threads claiming and completing every partition, each on a client of its own: at full
+    speed, slowed while `slow` is set (so that the work goes on through a slot move however fast the
+    machine), and held near the end until `slow` is cleared. Any error an SDK call raises is noted."""
 
+    def __init__(self, url: str, namespace: str, total: int, workers: int = 2) -> None:
+        self.url, self.namespace, self.total = url, namespace, total
+        self.completed = 0
+        self.slowest_s = 0.0
+        self.errors: list[str] = []
+        self.slow = threading.Event()
+        self.released = threading.Event()
+        self._lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._work, args=(f"w{i}",)) for i in range(workers)]
 
-@pytest.mark.cluster
-def test_a_script_waits_out_the_move_of_its_slot_where_redis_py_gives_up(namespace: str) -> None:
-    with LocalCluster(masters=3, binary=cluster_server()) as cluster:
-        client = connect(cluster.url, cluster=True)
-        sdk = ActiveLayer(client, namespace)  # the layers let the client follow ASK to a new master
-        sdk.create_partitions(1, 100, 10)
-        part = sdk.claim("w")
-        assert part is not None
-        probe = f"{{{namespace}}}_probe"
-        client.set(probe, "kept")
-        slot = client.keyslot(sdk.keys.active)
-        source, new = cluster.master_of_slot(slot), cluster.add_master()
-        plain = redis.RedisCluster(host="127.0.0.1", port=source.port)  # never given to partarchive
-        with contextlib.closing(source.client) as src, contextlib.closing(new.client) as dst:
-            dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
-            src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", new.node_id)
-            src.execute_command("MIGRATE", "127.0.0.1", new.port, "", 0, 5000, "KEYS", probe, sdk.keys.active)
-        # half moved: redis-py on its own gives up on a script whose keys are split, and cannot follow
-        # an ASK to a master that serves no slot yet (redis-py #4015)
-        with pytest.raises(ClusterError, match="TTL exhausted"):
-            plain.eval("return 1", 2, sdk.keys.active, sdk.keys.counts)
-        with pytest.raises(AttributeError):
-            plain.get(probe)
-        plain.close()
-        assert client.get(probe) == b"kept"  # ASK followed to the new master
-        with contextlib.closing(connect(cluster.url, cluster=True)) as fresh:
-            assert fresh.get(probe) == b"kept"  # by a client no layer has seen yet
-        assert Scripts.of(client)("del_if_equal", [probe], ["other"]) == 0  # there by EVAL: never loaded
-        outcome: dict[str, object] = {}
+    def finished(self) -> bool:
+        return not any(thread.is_alive() for thread in self.threads)
 
-        def complete() -> None:
-            try:
-                outcome["done"] = sdk.complete(part.partition_id, "w")
-            except Exception as exc:
-                outcome["error"] = exc
+    def __enter__(self) -> Load:
+        for thread in self.threads:
+            thread.start()
+        return self
 
-        worker = threading.Thread(target=complete)
-        before = refusals(source, new)
-        worker.start()
-        try:  # refused more often than redis-py tries on its own (16), and still waiting
-            wait_for(lambda: refusals(source, new) > before + 40 or not worker.is_alive(), 10, "refusals")
-            assert worker.is_alive(), outcome
+    def __exit__(self, *_exc: object) -> None:
+        self.slow.clear()
+        self.released.set()
+        for thread in self.threads:
+            thread.join(120)
+
+    def _work(self, name: str) -> None:
+        client = connect(self.url, cluster=True)
+        sdk = ActiveLayer(client, self.namespace)
+        try:
+            while True:
+                if self.slow.is_set():
+                    if self.completed >= self.total * 9 // 10:
+                        self.released.wait(120)
+                    time.sleep(0.01)
+                started = time.monotonic()
+                try:
+                    part = sdk.claim(name)
+                    if part is None:
+                        return
+                    sdk.complete(part.partition_id, name)
+                except Exception as exc:
+                    self.errors.append(f"{name}: {type(exc).__name__}: {exc}")
+                    return
+                with self._lock:
+                    self.slowest_s = max(self.slowest_s, time.monotonic() - started)
+                    self.completed += 1
         finally:
-            cluster.move_slot(slot, new, batch=2)
-            worker.join(30)
-        assert isinstance(outcome.get("done"), Completion), outcome
-        assert client.xlen(sdk.keys.queue) == 1 and sdk.get(part.partition_id) is None
-        assert cluster.master_of_slot(slot) is new
-        client.close()
+            client.close()
 
 
-def retries(calls: tuple[str, ...]) -> float:
-    """This process's ``partarchive_slot_move_retries_total`` of these calls."""
-    return sum(REGISTRY.get_sample_value(RETRIES, {"call": call}) or 0.0 for call in calls)
+def meeting_traffic(source: Node, target: Node, held: Callable[[], bool], per_batch: int = 5) -> Callable[[int], None]:
+    """A `LocalCluster.move_slot` hook: after the first batch the move stays half done until
+    ``held()`` says the calls it waits for were refused and sent again; after that each next batch
+    goes once the two nodes have refused (or sent on) ``per_batch`` more calls, so every step of
+    the move meets live traffic."""
+    seen = [-1]
 
+    def between(_moved: int) -> None:
+        if seen[0] < 0:
+            wait_for(held, 30, "calls refused and sent again while the slot is half moved")
+        else:
+            wait_for(lambda: refusals(source, target) >= seen[0] + per_batch, 30, "calls meeting the move")
+        seen[0] = refusals(source, target)
 
-class FakeTime:
-    """The clock `ride_out` waits on, moved on by its sleeps only."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
-
-@pytest.fixture
-def fake_time(monkeypatch: pytest.MonkeyPatch) -> FakeTime:
-    clock = FakeTime()
-    monkeypatch.setattr(slot_moves, "time", clock)
-    return clock
-
-
-class Replies:
-    """A command's replies in turn: an exception is raised, anything else returned; the last repeats."""
-
-    def __init__(self, *replies: object) -> None:
-        self.replies = list(replies)
-        self.calls = 0
-
-    def __call__(self, *_args: object) -> object:
-        reply = self.replies[min(self.calls, len(self.replies) - 1)]
-        self.calls += 1
-        if isinstance(reply, BaseException):
-            raise reply
-        return reply
-
-
-MOVING = [
-    TryAgainError("Multiple keys request during rehashing of slot"),
-    AskError("4092 127.0.0.1:7006"),
-    MovedError("4092 127.0.0.1:7006"),
-    ClusterError("TTL exhausted."),
-    ClusterDownError("The cluster is down"),
-]
-
-
-@pytest.mark.parametrize("refusal", MOVING, ids=lambda e: type(e).__name__)
-def test_a_call_refused_while_its_slot_moves_is_sent_again(fake_time: FakeTime, refusal: Exception) -> None:
-    call, before = Replies(*[refusal] * 6, "ran"), retries(("complete",))
-    assert ride_out(call, "complete") == "ran" and call.calls == 7
-    assert retries(("complete",)) == before + 6
-    assert len(fake_time.slept) == 6 and all(0.01 <= s <= slot_moves.MAX_DELAY_S for s in fake_time.slept)
-    assert fake_time.slept[-1] > fake_time.slept[0]  # backing off
-
-
-def test_a_call_refused_past_the_budget_is_a_typed_error(fake_time: FakeTime) -> None:
-    call = Replies(TryAgainError("Multiple keys request during rehashing of slot"))
-    with pytest.raises(SlotMoving, match=r"refused 'complete' for 10 s .* it did not run") as caught:
-        ride_out(call, "complete")
-    assert fake_time.now <= slot_moves.BUDGET_S and call.calls > 10
-    assert max(fake_time.slept) == pytest.approx(slot_moves.MAX_DELAY_S, rel=0.5)
-    assert isinstance(caught.value, PartArchiveError) and isinstance(caught.value, redis.RedisError)
-    assert isinstance(caught.value.__cause__, TryAgainError)
-
-
-@pytest.mark.parametrize(
-    "error", [redis.ResponseError("WRONGTYPE"), redis.ConnectionError("gone"), SlotMoving("nested")], ids=repr
-)
-def test_other_errors_are_not_retried_here(fake_time: FakeTime, error: Exception) -> None:
-    call = Replies(error, "ran")
-    with pytest.raises(type(error)):
-        ride_out(call, "complete")
-    assert call.calls == 1 and not fake_time.slept
-
-
-class FakeCluster(redis.RedisCluster):
-    """A cluster client without a cluster: EVALSHA, EVAL and transactions answer from `Replies`."""
-
-    def __init__(self, evalsha: Replies | None = None, execute: Replies | None = None) -> None:
-        self.evalsha = evalsha or Replies("evalsha ran")  # type: ignore[method-assign]
-        self.eval = Replies("eval ran")  # type: ignore[method-assign]
-        self.execute = execute or Replies(["exec ran"])
-        self.queued: list[list[str]] = []
-
-    def register_script(self, script: ScriptTextT) -> Any:
-        return SimpleNamespace(sha="0" * 40, script=script)
-
-    def pipeline(self, transaction: bool | None = None, shard_hint: Any = None) -> Any:
-        assert transaction
-        commands: list[str] = []
-        self.queued.append(commands)
-        return SimpleNamespace(hset=lambda *a: commands.append("HSET"), execute=self.execute)
-
-
-def test_scripts_on_a_cluster_ride_out_tryagain_and_ask_then_load_by_eval(fake_time: FakeTime) -> None:
-    no_script = NoScriptError("No matching script.")
-    client = FakeCluster(evalsha=Replies(*MOVING, no_script))
-    assert Scripts(client)("complete", ["{t}_partitions"], [1]) == "eval ran"
-    assert client.evalsha.calls == len(MOVING) + 1 and client.eval.calls == 1  # type: ignore[attr-defined]
-
-
-def test_without_a_budget_the_first_refusal_is_the_answer(fake_time: FakeTime, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(slot_moves, "BUDGET_S", 0.0)
-    client = FakeCluster(evalsha=Replies(MOVING[0], "evalsha ran"))
-    with pytest.raises(SlotMoving):
-        Scripts(client)("complete", ["{t}_partitions"], [1])
-
-
-def test_a_transaction_is_built_again_while_its_slot_moves(fake_time: FakeTime) -> None:
-    client = FakeCluster(execute=Replies(MOVING[1], MOVING[0], ["exec ran"]))
-    assert run_transaction(client, lambda pipe: pipe.hset("{t}_x", "f", 1), "a note") == ["exec ran"]
-    assert client.queued == [["HSET"]] * 3  # each try on a pipeline of its own
-
-
-def test_a_transaction_on_one_server_is_sent_once(fake_time: FakeTime) -> None:
-    client = fakeredis.FakeRedis()
-    assert run_transaction(client, lambda pipe: pipe.hset("x", "f", 1), "a note") == [1]
-    assert not fake_time.slept
+    return between
 
 
 @pytest.mark.cluster
-def test_a_read_blocked_on_the_queue_ends_quietly_when_the_queue_moves(namespace: str) -> None:
-    """Redis 7.0 ends a blocked XREADGROUP whose stream a MIGRATE took away with UNBLOCKED; valkey
-    leaves it blocked on the old node until its timeout. Either way the read finds nothing."""
+@pytest.mark.chaos
+def test_resharding_under_load_loses_nothing_and_counts_once(namespace: str) -> None:
+    total = 3000
+    policy = TierPolicy(compressed_from=200, batch_size=10)  # shelves of 640 partitions: five shelves
     with LocalCluster(masters=3, binary=cluster_server()) as cluster:
         client = connect(cluster.url, cluster=True)
-        queue = ArchiveQueue(client, KeySchema(namespace, cluster=True))
-        queue.ensure_group()
-        slot = client.keyslot(queue.keys.queue)
-        source, new = cluster.master_of_slot(slot), cluster.add_master()
-        read: dict[str, object] = {}
-        reader = threading.Thread(target=lambda: read.update(entries=queue.read_new("c", 10, 2000)))
-        reader.start()
-        with contextlib.closing(source.client) as src:
-            wait_for(lambda: src.info("clients")["blocked_clients"] == 1, 10, "the read to block")
-        cluster.move_slot(slot, new)
-        reader.join(10)
-        assert read == {"entries": []}
-        client.xadd(queue.keys.queue, {"p": b"x"})
-        assert [e.payload for e in queue.read_new("c", 10, 0)] == [b"x"]
+        keys = KeySchema(namespace, cluster=True)
+        ActiveLayer(client, keys).create_partitions(1, total * 10, 10)
+        archive = ArchiveLayer(client, keys, policy)
+        port = free_port()
+        # entries wait in the archivers up to 2 s for their commit: some always do when the move starts
+        archiver = start_archiver(
+            cluster.url, namespace, "--processes", "2", "--metrics-port", str(port), PARTARCHIVE_CLUSTER="1",
+            PARTARCHIVE_COMPRESSED_FROM=str(policy.compressed_from), PARTARCHIVE_BATCH_SIZE=str(policy.batch_size),
+            PARTARCHIVE_MAINTENANCE_INTERVAL_S="0.1", PARTARCHIVE_STATS_FLUSH_INTERVAL_S="2",
+        )  # fmt: skip
+        slot = client.keyslot(keys.queue)
+        shelf_slots = sorted({client.keyslot(keys.shelf(n)) for n in range(total // (64 * policy.batch_size) + 1)})
+        watcher = connect(cluster.url, cluster=True)
+        try:
+            with (
+                RouterWatch(watcher, namespace, range(1, total + 1)) as watch,
+                Load(cluster.url, namespace, total) as load,
+            ):
+                wait_for(lambda: load.completed >= total // 4 or bool(load.errors), 60, "a quarter of the work")
+                load.slow.set()
+                wait_for(lambda: client.exists(keys.shelf(0)) == 1, 60, "the first shelf")
+                source, new = cluster.master_of_slot(slot), cluster.add_master()
+                at, started, sdk_before = load.completed, time.monotonic(), retries(SDK_CALLS)
+
+                def both_retried() -> bool:  # the workers' calls and the archivers' commits
+                    return bool(load.errors) or (retries(SDK_CALLS) > sdk_before and retries(("commit",), port) > 0)
+
+                moved = cluster.move_slot(slot, new, batch=3, between=meeting_traffic(source, new, both_retried))
+                took = time.monotonic() - started
+                for shelf_slot in shelf_slots:
+                    moved += cluster.move_slot(shelf_slot, new, batch=5)
+                assert load.errors == []
+                during = load.completed - at
+                load.slow.clear()
+                load.released.set()
+                wait_for(load.finished, 120, "the workers to finish")
+                assert load.errors == []  # no SDK call raised: claim() and complete() waited the move out
+                assert load.completed == total
+                wait_for(lambda: archive.archived_total() == total and client.xlen(keys.queue) == 0, 120, "archived")
+            assert watch.lost == [] and watch.passes >= 1  # the router answered for every partition throughout
+            commits = retries(("commit",), port)
+        finally:
+            err = stop_process(archiver)
+            watcher.close()
+        assert "Traceback" not in err and "round failed" not in err, err[-3000:]
+        assert cluster.master_of_slot(slot) is new and all(cluster.master_of_slot(s) is new for s in shelf_slots)
+        assert archive.indexed(list(range(1, total + 1))) == [True] * total  # nothing lost
+        assert ActiveLayer(client, keys).size() == 0
+        assert StatsReader(client, keys).stats()["completed"]["total_completed"] == total  # counted once
+        assert StatsChecker(client, keys, policy=policy).check().ok
+        assert client.xlen(keys.dead_letter) == 0
+        router = QueryRouter(client, keys, policy=policy)
+        answers = [router.get(pid) for pid in range(1, total + 1)]
+        assert all(a.found and not a.degraded for a in answers), [a for a in answers if not a.found or a.degraded][:3]
+        print(
+            f"resharding: {moved} keys moved (the namespace's slot in {took:.1f} s), {during} completions meanwhile, "
+            f"slowest claim + complete {load.slowest_s:.2f} s, {refusals(source, new)} calls refused or sent on, "
+            f"sent again: {retries(SDK_CALLS) - sdk_before:.0f} by the workers, {commits:.0f} commits by the "
+            f"archivers; {watch.passes} router passes"
+        )
         client.close()
