@@ -13,7 +13,10 @@ import pytest
 import redis
 from redis.exceptions import AskError, ClusterDownError, ClusterError, MovedError, NoScriptError, TryAgainError
 from redis.typing import ScriptTextT
+from structlog.testing import capture_logs
 
+from archiver import ArchiverDaemon, Config
+from archiver.daemon import loop
 from archiver.engine import connect
 from archiver.engine.local_cluster import LocalCluster
 from codec.errors import PartArchiveError
@@ -22,7 +25,7 @@ from layers.errors import SlotMoving
 from layers.scripts import Scripts
 from layers.slot_moves import ride_out, run_transaction
 from tests.conftest import cluster_server
-from tests.helpers import refusals, retries, wait_for
+from tests.helpers import complete_partitions, refusals, retries, wait_for
 
 
 @pytest.mark.cluster
@@ -217,3 +220,33 @@ def test_a_transaction_on_one_server_is_sent_once(fake_time: FakeTime) -> None:
     client = fakeredis.FakeRedis()
     assert run_transaction(client, lambda pipe: pipe.hset("x", "f", 1), "a note") == [1]
     assert not fake_time.slept
+
+
+def test_a_commit_refused_past_the_budget_is_retried_by_the_next_round_not_dead_lettered(
+    real_redis: redis.Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = Config(namespace=namespace, block_ms=10, claim_idle_ms=1, max_deliveries=1, stats_flush_interval_s=60)
+    daemon = ArchiverDaemon(real_redis, config, consumer="d")
+    daemon.pages.reader = None  # read and commit in turn, as on Redis Cluster
+    monkeypatch.setattr(loop, "backoff_s", lambda _failures: 0.0)
+    committer = daemon.pages.committer
+    run, refused = committer._run, Replies(*[SlotMoving("refused 'commit' for 10 s")] * 3, None)
+
+    def run_unless_refused(call: Any) -> Any:
+        refused()
+        return run(call)
+
+    monkeypatch.setattr(committer, "_run", run_unless_refused)
+    daemon.queue.ensure_group()
+    complete_partitions(real_redis, namespace, 150)
+    for _ in range(3):  # each round's commit refused: the entries stay with this archiver, unacknowledged
+        with capture_logs() as logs:
+            daemon.round_with_retry()
+        assert [e["event"] for e in logs if e["log_level"] != "info"] == [
+            "a slot move outlasted the retry budget, retrying"
+        ]  # a warning, no traceback, and no entry dead-lettered (claimed back by itself, past max_deliveries)
+        assert daemon.commit_buffer.pending == 150 and real_redis.xlen(daemon.keys.queue) == 150
+    daemon.round_with_retry()
+    assert refused.calls == 4 and daemon.commit_buffer.pending == 0
+    assert daemon.archive.archived_total() == 150 and real_redis.xlen(daemon.keys.queue) == 0
+    assert real_redis.xlen(daemon.keys.dead_letter) == 0 and daemon.dead_lettered == 0
