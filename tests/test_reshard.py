@@ -56,6 +56,9 @@ def test_a_slot_moves_to_a_new_master_with_its_keys(namespace: str) -> None:
         assert 0 < client.pttl(keys[1]) <= 3_600_000 and client.pttl(keys[0]) == -1  # expiries kept
         client.set(keys[0], "after")  # the slot is served by its new master
         assert client.get(keys[0]) == b"after"
+        newer = cluster.add_master()  # the only slot of a master moved away (Redis may make it a replica)
+        assert cluster.move_slot(slot, newer) == 25 and owners(cluster, slot) == {newer.port}
+        assert client.get(keys[0]) == b"after"
         client.close()
 
 
