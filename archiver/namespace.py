@@ -22,6 +22,7 @@ from layers.maintenance import MaintenanceLock
 from layers.pressure import BacklogPressure
 from layers.progress import ProgressLog
 from layers.replies import as_text
+from layers.slot_moves import ride_out
 from stats import StatsCompactor, StatsReader
 from stats.commit import CommitBuffer
 
@@ -70,7 +71,10 @@ class Namespace:
     def exists(self) -> bool:
         """Whether the server holds anything of this namespace: partitions, counters, queue or archive."""
         k = self.keys
-        return bool(self.redis.exists(k.active, k.counts, k.queue, k.archive_meta, k.stats_global))
+        keys = (k.active, k.counts, k.queue, k.archive_meta, k.stats_global)
+        if not isinstance(self.redis, redis.RedisCluster):
+            return bool(self.redis.exists(*keys))
+        return bool(ride_out(lambda: self.redis.exists(*keys), "namespace_exists"))  # one slot: TRYAGAIN
 
     @cached_property
     def active(self) -> ActiveLayer:

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import orjson
 import redis
+from redis.client import Pipeline
 
 from codec import ACTIVE_STATUSES, ArchivedPartition, DecodeError, PartitionInfo, ValidationError
 from codec.elk import decode_elk, parse_active
@@ -52,6 +53,7 @@ from layers.meta import stored_int, typed_errors
 from layers.metrics import LatencyBuffer, latency_argument, sdk_complete_seconds
 from layers.replies import as_text
 from layers.scripts import Scripts
+from layers.slot_moves import run_transaction
 
 MAX_PARTITIONS_PER_CALL = 1_000_000
 RECORD_FORMATS = ("native", "elk")
@@ -236,13 +238,15 @@ class ActiveLayer:
                 failed[pid] = part.partition_id
             else:
                 leases[pid] = _heartbeat_ms(raw, part)
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.delete(k.pending, k.failed, k.counts)
-        for zset, members in ((k.pending, pending), (k.failed, failed), (k.leases, leases)):
-            if members:
-                pipe.zadd(zset, members)  # type: ignore[arg-type]
-        pipe.hset(k.counts, mapping={s.value: counts.get(s.value, 0) for s in ACTIVE_STATUSES})
-        pipe.execute()
+
+        def rebuild(pipe: Pipeline) -> None:
+            pipe.delete(k.pending, k.failed, k.counts)
+            for zset, members in ((k.pending, pending), (k.failed, failed), (k.leases, leases)):
+                if members:
+                    pipe.zadd(zset, members)  # type: ignore[arg-type]
+            pipe.hset(k.counts, mapping={s.value: counts.get(s.value, 0) for s in ACTIVE_STATUSES})
+
+        run_transaction(self.redis, rebuild, "active_sync")
         self._next_sync = self._clock() + _SYNC_EVERY_S
         return {s.value: counts.get(s.value, 0) for s in ACTIVE_STATUSES}
 

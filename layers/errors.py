@@ -1,5 +1,7 @@
 """Typed errors of the Redis-backed layers."""
 
+from redis.exceptions import ClusterError
+
 from codec.errors import DecodeError, PartArchiveError
 
 
@@ -35,3 +37,9 @@ class OutOfMemory(PartArchiveError):
 class StaleWorkerNumbers(PartArchiveError):
     """The worker registry is not the one the caller's worker numbers came from (it was lost
     and rebuilt since): nothing was written; reload the registry and build the write again."""
+
+
+class SlotMoving(PartArchiveError, ClusterError):
+    """Redis Cluster kept refusing a call because the slot of its keys was moving between masters
+    (TRYAGAIN, ASK, CLUSTERDOWN) for longer than the retry budget (`layers.slot_moves`): the call
+    did not run. Also a Redis error, so a caller that waits out Redis errors waits this out too."""

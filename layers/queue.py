@@ -132,7 +132,12 @@ class ArchiveQueue:
         block = block_ms if block_ms > 0 else None
         if self._raw is not None:
             return _page(self._raw.xreadgroup(self.group, consumer, {self.keys.queue: ">"}, count=count, block=block))
-        reply: Any = self.redis.xreadgroup(self.group, consumer, {self.keys.queue: ">"}, count=count, block=block)
+        try:
+            reply: Any = self.redis.xreadgroup(self.group, consumer, {self.keys.queue: ">"}, count=count, block=block)
+        except redis.ResponseError as exc:
+            if str(exc).startswith("UNBLOCKED"):  # the queue left this node meanwhile: a slot move (Redis 7.0)
+                return []
+            raise
         return _entries(reply[0][1]) if reply else []
 
     def read_own_pending(self, consumer: str, count: int) -> list[QueueEntry]:

@@ -6,7 +6,9 @@ is, since defining functions and tables costs every call (~6 us of server time f
 ``_record.lua``, a quarter of the query router's lookup). Redis reports an error at a line of
 what it was sent; `Scripts` puts the line of the script's own file (or helper's) in the error it
 raises instead. redis-py's ``Script`` runs ``EVALSHA`` and reloads the script itself after a
-``SCRIPT FLUSH`` or a server restart.
+``SCRIPT FLUSH`` or a server restart. On Redis Cluster a script that a slot move refuses is sent
+again (`layers.slot_moves`), and one a node has not loaded (a new master, the target of an ASK)
+is sent whole with ``EVAL``, which loads it on the node that runs it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from weakref import WeakKeyDictionary
 import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError, ResponseError
+
+from layers.slot_moves import follow_ask_to_new_masters, ride_out
 
 _INCLUDE = re.compile(r"^-- include: *(.+)$", re.MULTILINE)
 _LINE = re.compile(r"user_script:(\d+)")
@@ -96,6 +100,9 @@ class Scripts:
     def __init__(self, client: redis.Redis) -> None:
         self._client = client
         self._registered: dict[str, Script] = {}
+        self._cluster = isinstance(client, redis.RedisCluster)
+        if self._cluster:
+            follow_ask_to_new_masters(client)
 
     @classmethod
     def of(cls, client: redis.Redis) -> Scripts:
@@ -117,8 +124,12 @@ class Scripts:
         return str(self._script(name).sha)
 
     def __call__(self, name: str, keys: list[str], args: list[Any], client: Any = None) -> Any:
+        script = self._script(name)
         try:
-            return self._script(name)(keys=keys, args=args, client=client)
+            if not self._cluster:
+                return script(keys=keys, args=args, client=client)
+            on = client or self._client
+            return ride_out(lambda: _run_anywhere(on, script, keys, args), name)
         except NoScriptError:
             raise
         except ResponseError as exc:
@@ -130,7 +141,7 @@ class Scripts:
         nodes). A call the server did not know the script of (after SCRIPT FLUSH or a restart)
         is run again on its own, which loads it; the others ran once. (redis-py's own pipeline
         scripts ask SCRIPT EXISTS first: a second round trip every time.)"""
-        if isinstance(self._client, redis.RedisCluster) or len(calls) == 1:
+        if self._cluster or len(calls) == 1:
             return [self(name, keys, args) for name, keys, args in calls]
         pipe = self._client.pipeline(transaction=False)
         for name, keys, args in calls:
@@ -144,3 +155,11 @@ class Scripts:
             elif isinstance(reply, Exception):
                 raise reply
         return replies
+
+
+def _run_anywhere(client: Any, script: Script, keys: list[str], args: list[Any]) -> Any:
+    """EVALSHA, or EVAL with the source where the node that runs it has not loaded the script."""
+    try:
+        return client.evalsha(script.sha, len(keys), *keys, *args)
+    except NoScriptError:
+        return client.eval(script.script, len(keys), *keys, *args)

@@ -28,11 +28,13 @@ from typing import Any
 import orjson
 import redis
 import structlog
+from redis.client import Pipeline
 
 from codec import ArchivedPartition
 from layers import KeySchema, TierPolicy
 from layers.meta import stored_int
 from layers.replies import as_text
+from layers.slot_moves import run_transaction
 from stats.compaction import COARSE, coarse_of
 from stats.fields import worker_ids
 from stats.verify import CheckReport, Difference, StatsChecker
@@ -143,26 +145,29 @@ class IndexCheck:
         return report
 
     def _note(self, report: CheckReport, cursor: int) -> None:
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(self.key, "cursor", cursor)
-        pipe.hincrby(self.key, "ranges_checked", report.ranges_checked)
-        pipe.hincrby(self.key, "ranges_count_only", report.ranges_count_only)
-        pipe.hincrby(self.key, "undecodable_batches", len(set(report.undecodable_batches)))
-        pipe.hincrby(self.key, "differences", len(report.differences))
-        pipe.hincrby(self.key, "indexed", report.indexed)
-        for d in report.differences[:EXAMPLES_KEPT]:
-            pipe.rpush(self.key + ":examples", str(d))
-        pipe.ltrim(self.key + ":examples", 0, EXAMPLES_KEPT - 1)
-        pipe.execute()
+        def note(pipe: Pipeline) -> None:
+            pipe.hset(self.key, "cursor", cursor)
+            pipe.hincrby(self.key, "ranges_checked", report.ranges_checked)
+            pipe.hincrby(self.key, "ranges_count_only", report.ranges_count_only)
+            pipe.hincrby(self.key, "undecodable_batches", len(set(report.undecodable_batches)))
+            pipe.hincrby(self.key, "differences", len(report.differences))
+            pipe.hincrby(self.key, "indexed", report.indexed)
+            for d in report.differences[:EXAMPLES_KEPT]:
+                pipe.rpush(self.key + ":examples", str(d))
+            pipe.ltrim(self.key + ":examples", 0, EXAMPLES_KEPT - 1)
+
+        run_transaction(self.redis, note, "index_check_progress")
 
     def _totals(self) -> list[Difference]:
         """The index's bit count, the global totals and the per-worker totals, read in one MULTI."""
         k = self.keys
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.bitcount(k.index)
-        pipe.hgetall(k.stats_global)
-        pipe.hgetall(k.stats_workers)
-        bits, raw_global, raw_workers = pipe.execute()
+
+        def reads(pipe: Pipeline) -> None:
+            pipe.bitcount(k.index)
+            pipe.hgetall(k.stats_global)
+            pipe.hgetall(k.stats_workers)
+
+        bits, raw_global, raw_workers = run_transaction(self.redis, reads, "index_check_totals")
         totals = {as_text(a): int(b) for a, b in raw_global.items() if as_text(a) != "last_updated"}
         by_kind: dict[str, int] = defaultdict(int)
         for name, value in raw_workers.items():
@@ -191,18 +196,20 @@ class IndexCheck:
             indexed=counts["indexed"],
             elapsed_s=round(time.time() - float(state.get("started_at", time.time())), 1),
         )
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(
-            self.keys.stats_meta,
-            mapping={
-                "index_check_at": int(time.time()),
-                "index_check_ok": int(report.ok),
-                "index_check_differences": report.differences,
-                "index_check_examples": orjson.dumps(report.examples),
-            },
-        )
-        pipe.delete(self.key, self.key + ":examples")
-        pipe.execute()
+
+        def done(pipe: Pipeline) -> None:
+            pipe.hset(
+                self.keys.stats_meta,
+                mapping={
+                    "index_check_at": int(time.time()),
+                    "index_check_ok": int(report.ok),
+                    "index_check_differences": report.differences,
+                    "index_check_examples": orjson.dumps(report.examples),
+                },
+            )
+            pipe.delete(self.key, self.key + ":examples")
+
+        run_transaction(self.redis, done, "index_check_result")
         (log.info if report.ok else log.warning)("archive checked against the index", **_fields(report))
         return report
 

@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
+from redis.client import Pipeline
 
 from codec import ArchivedPartition, DecodeError
 from codec.elk import as_archived, parse_archived
 from layers import ArchiveLayer, KeySchema, TierPolicy
 from layers.meta import stored_int
 from layers.replies import as_text
+from layers.slot_moves import run_transaction
 from stats.compaction import coarse_of, merge_fields
 from stats.fields import by_worker_id, to_numbered, worker_ids
 from stats.reader import StatsReader
@@ -217,12 +219,14 @@ class StatsChecker:
             self._check_days(report, list(detail.values()), rewrites)
         if repair and rewrites:
             self._number_workers(rewrites)
-            pipe = self.redis.pipeline(transaction=True)
-            for key, fields in rewrites.items():
-                pipe.delete(key)
-                if fields:
-                    pipe.hset(key, mapping=fields)  # type: ignore[arg-type]
-            pipe.execute()
+
+            def rewrite(pipe: Pipeline) -> None:
+                for key, fields in rewrites.items():
+                    pipe.delete(key)
+                    if fields:
+                        pipe.hset(key, mapping=fields)  # type: ignore[arg-type]
+
+            run_transaction(self.redis, rewrite, "stats_repair")
             report.repaired_keys = len(rewrites)
         self.redis.hset(
             self.keys.stats_meta,

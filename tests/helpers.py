@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -9,9 +10,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import redis
+from prometheus_client import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
 
+from archiver.engine.local_cluster import Node as LocalNode
 from codec import ArchivedPartition
 from layers import ActiveLayer, ArchiveLayer, KeySchema
 from stats.commit import CommitResult, Committer, Pending
@@ -179,3 +184,32 @@ class RouterWatch:
     def __exit__(self, *_exc: object) -> None:
         self.stop.set()
         self.thread.join(60)
+
+
+def refusals(*nodes: LocalNode) -> int:
+    """The commands these cluster nodes refused or sent on because of a slot move (TRYAGAIN, ASK)."""
+    total = 0
+    for node in nodes:
+        with contextlib.closing(node.client) as client:
+            stats: Any = client.info("errorstats")
+        total += sum(int(stats.get(f"errorstat_{code}", {}).get("count", 0)) for code in ("TRYAGAIN", "ASK"))
+    return total
+
+
+RETRIES = "partarchive_slot_move_retries_total"
+
+
+def retries(calls: tuple[str, ...], port: int | None = None) -> float:
+    """``partarchive_slot_move_retries_total`` of these calls: this process's, or those a supervisor
+    serves on ``port`` (its children's, added up)."""
+    if port is None:
+        samples = [REGISTRY.get_sample_value(RETRIES, {"call": call}) for call in calls]
+        return sum(value or 0.0 for value in samples)
+    import httpx
+
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return 0.0
+    families = text_string_to_metric_families(text)
+    return sum(s.value for f in families for s in f.samples if s.name == RETRIES and s.labels.get("call") in calls)

@@ -33,7 +33,7 @@ from archiver.namespace import Namespace
 from layers import (
     migrate_step,
 )
-from layers.errors import CorruptMetadata, WrongKeyType
+from layers.errors import CorruptMetadata, SlotMoving, WrongKeyType
 from layers.liveness import STALE_AFTER_S, ArchiverHealth
 from layers.meta import find_wrong_type, typed_errors
 from stats.index_check import IndexCheck
@@ -238,14 +238,18 @@ class ArchiverDaemon:
         never fatal. Returns what the round handled (0 after an error).
 
         Entries of a failed round stay pending and are read again (own pending at restart,
-        or XAUTOCLAIM after ``claim_idle_ms``), so nothing is lost by carrying on.
+        or XAUTOCLAIM after ``claim_idle_ms``), so nothing is lost by carrying on; entries whose
+        commit failed (a slot move outlasting `layers.slot_moves.BUDGET_S`, Redis unreachable) stay
+        buffered and are committed by a later round; claimed back meanwhile, they are neither
+        archived twice nor dead-lettered (`PageArchiver.archive_entries`).
         """
         try:
             handled = self.run_once(block_ms)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except (redis.ConnectionError, redis.TimeoutError, SlotMoving) as exc:
             self._failures += 1
             delay = backoff_s(self._failures)
-            log.warning("redis unreachable, retrying", error=str(exc), attempt=self._failures, retry_in_s=delay)
+            what = "a slot move outlasted the retry budget" if isinstance(exc, SlotMoving) else "redis unreachable"
+            log.warning(f"{what}, retrying", error=str(exc), attempt=self._failures, retry_in_s=delay)
             self._stop.wait(delay)
         except redis.ResponseError as exc:
             if "NOGROUP" in str(exc):

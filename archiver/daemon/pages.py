@@ -99,24 +99,32 @@ class PageArchiver:
 
     def archive_entries(self, entries: list[QueueEntry]) -> int:
         """Archive entries read one way or another (taken over, re-read at start, on Redis Cluster):
-        those delivered more than ``max_deliveries`` times go to the dead letters."""
+        those delivered more than ``max_deliveries`` times go to the dead letters, unless they wait
+        here for their commit (claimed back from this archiver while a commit kept failing: a slot
+        move or an outage that outlasted ``claim_idle_ms``; they are not poison)."""
         if not entries:
             return 0
+        held = self._held()
         limit = self.config.max_deliveries
         for entry in entries:
-            if entry.deliveries > limit:
+            if entry.deliveries > limit and entry.entry_id not in held:
                 self._dead_letter(entry, f"not archived after {entry.deliveries - 1} deliveries")
-        good = [e for e in entries if e.deliveries <= limit]
+        good = [e for e in entries if e.deliveries <= limit or e.entry_id in held]
         return self._archive([e.entry_id for e in good], [e.payload for e in good]) + len(entries) - len(good)
+
+    def _held(self) -> set[str]:
+        """Ids of the entries read here and waiting for their commit (buffered, or in a commit built)."""
+        held = self.commit_buffer.buffered_ids() if self.commit_buffer.pending else set()
+        if self._prepared is not None:
+            held.update(self._prepared[0].entry_ids)
+        return held
 
     def _archive(self, ids: list[str], payloads: list[bytes]) -> int:
         if not ids:
             return 0
         handled = len(ids)
         if self.commit_buffer.pending or self._prepared:  # claimed back while waiting here for the commit
-            held = self.commit_buffer.buffered_ids()
-            if self._prepared is not None:
-                held.update(self._prepared[0].entry_ids)
+            held = self._held()
             if not held.isdisjoint(ids):
                 keep = [entry_id not in held for entry_id in ids]
                 ids, payloads = list(compress(ids, keep)), list(compress(payloads, keep))

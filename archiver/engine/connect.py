@@ -13,6 +13,7 @@ from redis.retry import Retry
 
 from archiver.config import DEFAULT_REDIS_URL, Config
 from codec.errors import PartArchiveError
+from layers.slot_moves import follow_ask_to_new_masters
 
 
 class EngineError(PartArchiveError):
@@ -65,6 +66,7 @@ def connect(url: str, *, cluster: bool = False, password: str | None = None) -> 
             client: redis.Redis = redis.RedisCluster.from_url(  # type: ignore[assignment]
                 url, socket_connect_timeout=5, socket_timeout=10, retry=retry, password=password
             )
+            follow_ask_to_new_masters(client)  # from the first command on, not only once a layer has it
         else:
             client = redis.Redis.from_url(url, socket_connect_timeout=5, health_check_interval=30, password=password)
         client.ping()

@@ -7,6 +7,9 @@ so a replica takes over about two seconds after its master dies. The slots are s
 over the masters with ``CLUSTER ADDSLOTSRANGE``, the nodes meet with ``CLUSTER MEET`` and
 replicas attach with ``CLUSTER REPLICATE``; `start` returns when every node reports
 ``cluster_state:ok`` and sees every other node.
+
+`add_master` starts one more, empty master and `move_slot` moves a slot to it live, key by key,
+the way ``redis-cli --cluster reshard`` does (IMPORTING/MIGRATING, ``MIGRATE ... KEYS``, ``NODE``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -214,6 +218,66 @@ class LocalCluster:
                 if int(start) <= slot <= int(end):
                     return next(n for n in self.nodes if n.port == int(owner[1]))
         raise EngineError(f"no live node serves slot {slot}")
+
+    def add_master(self, timeout_s: float = 30.0) -> Node:
+        """Start one more master, serving no slot, and return once every node knows it and says
+        ``cluster_state:ok`` (a node that has not learnt the slot table yet refuses with CLUSTERDOWN)."""
+        deadline = time.monotonic() + timeout_s
+        (port,) = _free_ports(1)
+        node = Node(port, self._spawn(port))
+        self.nodes.append(node)
+        self._wait_ping(node, deadline)
+        node.node_id = str(_command(node.client, "CLUSTER", "MYID"))
+        _command(node.client, "CLUSTER", "MEET", "127.0.0.1", self.master_of_slot(0).port)
+        self._wait(lambda: all(self._knows_all(n) for n in self.nodes if n.alive()), deadline, "the new master to meet")
+        self._wait(self.healthy, deadline, "cluster_state:ok on every node")
+        return node
+
+    def move_slot(
+        self,
+        slot: int,
+        target: Node,
+        *,
+        batch: int = 100,
+        between: Callable[[int], object] | None = None,
+        timeout_ms: int = 5000,
+    ) -> int:
+        """Move ``slot`` to the master ``target`` while clients use it, as ``redis-cli --cluster
+        reshard`` does: the target IMPORTING and the source MIGRATING, the keys sent ``batch`` at a
+        time with ``MIGRATE``, then every live master told the new owner, the target first. Returns the
+        keys moved. ``between(keys moved so far)`` is called after each batch: a test holds the move
+        half done there, or draws it out as a big slot's would be.
+
+        Meanwhile the source answers for the keys it still has, sends a command for keys it no
+        longer has on with ASK, and refuses one whose keys are split between the two (TRYAGAIN)."""
+        source = self.master_of_slot(slot)
+        if source is target:
+            return 0
+        src, dst = source.client, target.client
+        moved = 0
+        try:
+            _command(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
+            _command(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
+            while keys := _command(src, "CLUSTER", "GETKEYSINSLOT", slot, batch):
+                _command(src, "MIGRATE", "127.0.0.1", target.port, "", 0, timeout_ms, "KEYS", *keys)
+                moved += len(keys)
+                if between is not None:
+                    between(moved)
+            _command(dst, "CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+            try:
+                _command(src, "CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+            except redis.ResponseError as exc:  # it gave its last slot away and follows the new owner as a replica
+                if "only with masters" not in str(exc):
+                    raise
+        finally:
+            src.close()
+            dst.close()
+        for node in self.nodes:
+            if node not in (source, target) and node.alive():
+                with contextlib.closing(node.client) as other:
+                    if str(_command(other, "ROLE")[0]) == "master":
+                        _command(other, "CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+        return moved
 
     def kill(self, node: Node) -> None:
         """kill -9 one node."""
