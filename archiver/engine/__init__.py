@@ -3,6 +3,7 @@
 from archiver.engine.connect import (
     Engine,
     EngineError,
+    async_client_for,
     async_connect,
     async_twin,
     client_for,
@@ -15,6 +16,7 @@ from archiver.engine.embedded import open_engine
 __all__ = [
     "Engine",
     "EngineError",
+    "async_client_for",
     "async_connect",
     "async_twin",
     "client_for",

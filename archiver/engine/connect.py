@@ -143,3 +143,8 @@ def _redacted(message: str, url: str) -> str:
 def client_for(config: Config) -> redis.Redis:
     """The client a command uses: the configured server (a cluster client with ``cluster``)."""
     return connect(config.redis_url or DEFAULT_REDIS_URL, cluster=config.cluster)
+
+
+def async_client_for(config: Config) -> AsyncClient:
+    """`client_for` on asyncio (not connected yet: see `async_connect`)."""
+    return async_connect(config.redis_url or DEFAULT_REDIS_URL, cluster=config.cluster)
