@@ -9,13 +9,8 @@ from collections.abc import Callable, Iterator
 import redis
 
 from codec import PartitionInfo
-from layers.active_core import (
-    MAX_PARTITIONS_PER_CALL,
-    RECORD_FORMATS,
-    ActiveCore,
-    Completion,
-    check_partition_id,
-)
+from layers.active_core import MAX_PARTITIONS_PER_CALL, RECORD_FORMATS, ActiveCore, Completion
+from layers.active_reads import check_partition_id
 from layers.clock import ServerClock
 from layers.keys import KeySchema
 from layers.steps import SyncIO, blocking

@@ -18,12 +18,11 @@ namespace a claim first rebuilds them from the hash (`sync`, at most once a seco
 
 from __future__ import annotations
 
-import functools
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any
 
 import orjson
 import redis
@@ -41,6 +40,7 @@ from codec.validate import (
     check_text,
     check_worker_id,
 )
+from layers.active_reads import ActiveReads, check_partition_id, typed
 from layers.errors import (
     CorruptMetadata,
     InvalidTransition,
@@ -51,7 +51,6 @@ from layers.errors import (
     WrongKeyType,
 )
 from layers.keys import KeySchema
-from layers.meta import stored_int, typed_steps
 from layers.metrics import LatencyBuffer, latency_argument, sdk_complete_seconds
 from layers.replies import as_text
 from layers.steps import Batch, Call, Script, Steps, one
@@ -60,25 +59,8 @@ MAX_PARTITIONS_PER_CALL = 1_000_000
 RECORD_FORMATS = ("native", "elk")
 _SYNC_EVERY_S = 1.0
 
-P = ParamSpec("P")
-T = TypeVar("T")
-
 #: Unix seconds, as a float: a plain function, or a coroutine function for the asyncio SDK.
 Clock = Callable[[], float] | Callable[[], Awaitable[float]]
-
-
-def _typed(method: Callable[Concatenate[ActiveCore, P], Steps[T]]) -> Callable[Concatenate[ActiveCore, P], Steps[T]]:
-    """A WRONGTYPE reply inside ``method`` becomes `WrongKeyType` naming the key."""
-
-    def wrapper(self: ActiveCore, /, *args: P.args, **kwargs: P.kwargs) -> Steps[T]:
-        return typed_steps(self.keys, method(self, *args, **kwargs))
-
-    functools.update_wrapper(wrapper, method)
-    return wrapper
-
-
-def check_partition_id(pid: Any) -> int:
-    return check_int("partition_id", pid, 1, MAX_PARTITION_ID)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +74,7 @@ class Completion:
     held: bool = False  # archival paused (`layers.archival`): kept in the active hash, queued on resume
 
 
-class ActiveCore:
+class ActiveCore(ActiveReads):
     """The state and the steps of the worker SDK (no client: the flavours bring the I/O)."""
 
     def __init__(self, keys: KeySchema, clock: Clock, *, lease_timeout: float, record_format: str | None) -> None:
@@ -202,7 +184,7 @@ class ActiveCore:
             return None
         return parse_active(got[1])
 
-    @_typed
+    @typed
     def _sync(self) -> Steps[dict[str, int]]:
         """Rebuild the pending/lease/failed indexes and the counts from the active hash.
 
@@ -323,92 +305,6 @@ class ActiveCore:
             if looked < step or n == 0:
                 break
         return moved
-
-    # reads
-
-    @_typed
-    def _get(self, pid: int) -> Steps[PartitionInfo | None]:
-        check_partition_id(pid)
-        raw = yield one().hget(self.keys.active, str(pid))
-        return None if raw is None else parse_active(raw)
-
-    def _parse_listed(self, raw: bytes) -> PartitionInfo | None:
-        """A listed record, or None (counted in ``skipped_records``) if it cannot be read, as Go's
-        listing calls skip a record they reject instead of failing the whole listing."""
-        try:
-            return parse_active(raw)
-        except (DecodeError, ValidationError):
-            self.skipped_records += 1
-            return None
-
-    @_typed
-    def _all_active(self) -> Steps[list[PartitionInfo]]:
-        """Every readable active partition, ordered by pid. Reads only the active hash."""
-        raw = yield one().hgetall(self.keys.active)
-        records = [p for v in raw.values() if (p := self._parse_listed(v)) is not None]
-        return sorted(records, key=lambda r: r.partition_id)
-
-    @_typed
-    def _page(
-        self, *, status: str | None = None, after: int = 0, limit: int = 100
-    ) -> Steps[tuple[list[PartitionInfo], int | None]]:
-        """Active partitions with pid > ``after`` in pid order, at most ``limit``; and the next ``after``.
-
-        Reads the pid list of the active hash (small by design) or, for pending and failed, of
-        their sorted sets, then only the records of the page.
-        """
-        if status is not None and status not in {s.value for s in ACTIVE_STATUSES}:
-            raise ValidationError(f"unknown status {status!r}")
-        check_int("after", after, 0, 2**53)
-        check_int("limit", limit, 1, 10_000)
-        chosen: list[PartitionInfo] = []
-        cursor = after
-        while len(chosen) < limit:
-            if status in ("pending", "failed"):
-                zset = self.keys.pending if status == "pending" else self.keys.failed
-                raw = yield one().zrangebyscore(zset, f"({cursor}", "+inf", start=0, num=limit)
-                pids = [int(p) for p in raw if p.isdigit()]
-            else:
-                every = yield one().hkeys(self.keys.active)
-                pids = sorted(p for p in (int(f) for f in every if f.isdigit()) if p > cursor)[: limit * 4]
-            if not pids:
-                return chosen, None
-            records = yield one().hmget(self.keys.active, [str(p) for p in pids])
-            for raw_record in records:
-                part = None if raw_record is None else self._parse_listed(raw_record)
-                if part is None:
-                    continue
-                if status is None or part.status.value == status:
-                    chosen.append(part)
-                    if len(chosen) == limit:
-                        return chosen, part.partition_id
-            cursor = pids[-1]
-        return chosen, None
-
-    @_typed
-    def _active_scan(self, cursor: int, batch: int) -> Steps[tuple[int, list[PartitionInfo]]]:
-        """One HSCAN step of `iter_active`: the next cursor (0 at the end) and the readable records."""
-        cursor, page = yield one().hscan(self.keys.active, cursor, count=batch)
-        return int(cursor), [part for raw in page.values() if (part := self._parse_listed(raw)) is not None]
-
-    @_typed
-    def _counts(self) -> Steps[dict[str, int]]:
-        """Active partitions per status (recounted from the hash in a namespace bound to Go's)."""
-        if self.keys.elk_prefix is not None:
-            return (yield from self._sync())
-        raw = yield one().hgetall(self.keys.counts)
-        got = {as_text(k): stored_int(self.keys.counts, as_text(k), v, default=0) for k, v in raw.items()}
-        return {s.value: got.get(s.value, 0) for s in ACTIVE_STATUSES}
-
-    @_typed
-    def _size(self) -> Steps[int]:
-        return int((yield one().hlen(self.keys.active)))
-
-    @_typed
-    def _is_completed(self, pid: int) -> Steps[bool]:
-        """True once `complete` succeeded for this partition (archived or still queued)."""
-        check_partition_id(pid)
-        return bool((yield one().getbit(self.keys.done, pid)))
 
 
 def _heartbeat_ms(raw: bytes, part: PartitionInfo) -> int:

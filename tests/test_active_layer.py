@@ -320,3 +320,18 @@ def test_importing_the_sdk_registers_no_metric_and_loads_no_web_framework() -> N
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_namespace_bound_to_go_rebuilds_its_indexes_before_a_claim(
+    any_redis: redis.Redis, namespace: str, flavour: Flavour
+) -> None:
+    """Go's workers change the shared hash without our indexes: a claim rebuilds them first (HSCAN,
+    then one transaction), and counts are recounted from the hash."""
+    layer = flavour.active(any_redis, namespace, elk_prefix=f"{{{namespace}}}:")  # tagged: one slot on a cluster
+    assert layer.record_format == "elk" and layer.keys.active == f"elk:{{{namespace}}}:elk_partitions"
+    layer.create_partitions(1, 3000, 1000)
+    any_redis.delete(layer.keys.pending, layer.keys.counts)  # as a Go worker's changes leave them
+    part = layer.claim("w")
+    assert part is not None and part.partition_id == 1
+    assert layer.counts() == {"pending": 2, "claimed": 1, "running": 0, "failed": 0}
+    assert any_redis.zcard(layer.keys.pending) == 2
