@@ -185,3 +185,36 @@ def test_a_coroutine_summary_lookup_is_awaited(real_redis: redis.Redis, namespac
 
     answer = run(main())
     assert answer.source is Source.STATISTICS and answer.summary == {"range": 0}
+
+
+def test_a_cancelled_complete_hands_its_latencies_to_the_next(fake_redis: redis.Redis, namespace: str) -> None:
+    """complete() carries the latencies observed since the previous one to Redis; a call cancelled
+    while it waits for Redis completed nothing, so the next one carries them instead."""
+
+    async def main() -> dict[bytes, bytes]:
+        client: Any = fakeredis.aioredis.FakeRedis(server=fake_redis.connection_pool.connection_kwargs["server"])
+        sdk = AsyncActiveLayer(client, namespace, clock=lambda: float(NOW))
+        await sdk.create_partitions(1, 3000, 1000)
+        for _ in range(3):
+            await sdk.claim("w")
+        await sdk.complete(1, "w")  # its latency waits for the next completion
+        sent, evalsha = asyncio.Event(), client.evalsha
+
+        async def no_reply(*args: Any, **kwargs: Any) -> Any:
+            sent.set()
+            await asyncio.Event().wait()
+
+        client.evalsha = no_reply
+        cancelled = asyncio.create_task(sdk.complete(2, "w"))
+        await sent.wait()
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        client.evalsha = evalsha
+        await sdk.complete(3, "w")
+        latencies: dict[bytes, bytes] = await client.hgetall(sdk.keys.complete_latency)
+        await client.aclose()
+        return latencies
+
+    latencies = run(main())
+    assert sum(int(v) for k, v in latencies.items() if k.startswith(b"b")) == 1  # the first completion's
