@@ -327,11 +327,16 @@ def test_a_namespace_bound_to_go_rebuilds_its_indexes_before_a_claim(
 ) -> None:
     """Go's workers change the shared hash without our indexes: a claim rebuilds them first (HSCAN,
     then one transaction), and counts are recounted from the hash."""
-    layer = flavour.active(any_redis, namespace, elk_prefix=f"{{{namespace}}}:")  # tagged: one slot on a cluster
-    assert layer.record_format == "elk" and layer.keys.active == f"elk:{{{namespace}}}:elk_partitions"
-    layer.create_partitions(1, 3000, 1000)
-    any_redis.delete(layer.keys.pending, layer.keys.counts)  # as a Go worker's changes leave them
-    part = layer.claim("w")
-    assert part is not None and part.partition_id == 1
-    assert layer.counts() == {"pending": 2, "claimed": 1, "running": 0, "failed": 0}
-    assert any_redis.zcard(layer.keys.pending) == 2
+    prefix = f"{{{namespace}}}:"  # tagged: one slot on a cluster
+    layer = flavour.active(any_redis, namespace, elk_prefix=prefix)
+    try:
+        assert layer.record_format == "elk" and layer.keys.active == f"elk:{prefix}elk_partitions"
+        layer.create_partitions(1, 3000, 1000)
+        any_redis.delete(layer.keys.pending, layer.keys.counts)  # as a Go worker's changes leave them
+        part = layer.claim("w")
+        assert part is not None and part.partition_id == 1
+        assert layer.counts() == {"pending": 2, "claimed": 1, "running": 0, "failed": 0}
+        assert any_redis.zcard(layer.keys.pending) == 2
+    finally:
+        for key in list(any_redis.scan_iter(match=f"elk:{prefix}*")):  # outside the namespace's own patterns
+            any_redis.delete(key)
