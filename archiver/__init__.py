@@ -3,5 +3,6 @@
 from archiver.config import Config
 from archiver.daemon.loop import ArchiverDaemon
 from archiver.router import Answer, QueryRouter, Source
+from archiver.router_async import AsyncQueryRouter
 
-__all__ = ["Answer", "ArchiverDaemon", "Config", "QueryRouter", "Source"]
+__all__ = ["Answer", "ArchiverDaemon", "AsyncQueryRouter", "Config", "QueryRouter", "Source"]

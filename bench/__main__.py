@@ -11,6 +11,7 @@ from bench import (
     codec_bench,
     dashboard_bench,
     growth_bench,
+    http_bench,
     latency_bench,
     memory_bench,
     migrate_bench,
@@ -23,6 +24,7 @@ from bench import (
 SECTIONS = {
     "codec": codec_bench.run,
     "latency": latency_bench.run,
+    "http": http_bench.run,
     "stats": stats_bench.run,
     "memory": memory_bench.run,
     "migrate": migrate_bench.run,

@@ -2,6 +2,7 @@
 
 from codec.validate import MAX_PARTITION_ID
 from layers.active import ActiveLayer, Completion
+from layers.active_async import AsyncActiveLayer
 from layers.archive import ArchiveLayer
 from layers.errors import (
     CorruptMetadata,
@@ -25,6 +26,7 @@ __all__ = [
     "ActiveLayer",
     "ArchiveLayer",
     "ArchiveQueue",
+    "AsyncActiveLayer",
     "Completion",
     "CorruptMetadata",
     "InvalidTransition",

@@ -1,95 +1,24 @@
-"""The active layer: the worker SDK over the ``elk_partitions`` hash.
-
-Every state change is one Lua script, so the record, the pending/lease/failed indexes
-and the per-status counts change together. Each change bumps ``version``; callers may
-pass ``expected_version`` to make an update conditional (optimistic concurrency).
-
-Records are written in the namespace's record format: ``native`` (integer times, a claim
-time) or ``elk`` (elk_coordinator's PartitionInfo, so Go workers can read them). Every script
-reads both, so a namespace bound to a Go deployment (`KeySchema.elk_prefix`) shares its active
-hash with Go workers: each side can claim, heartbeat, fail, retry and complete partitions the
-other created. Go workers do not keep our pending/lease/failed indexes, so in a bound
-namespace a claim first rebuilds them from the hash (`sync`, at most once a second).
-"""
+"""The worker SDK, blocking: `ActiveLayer` runs the operations of `layers.active_core` on a
+`redis.Redis` (or `redis.RedisCluster`) client. `layers.active_async.AsyncActiveLayer` is the
+same SDK on `redis.asyncio`."""
 
 from __future__ import annotations
 
-import functools
-import time
-from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any, TypeVar
 
-import orjson
 import redis
-from redis.client import Pipeline
 
-from codec import ACTIVE_STATUSES, ArchivedPartition, DecodeError, PartitionInfo, ValidationError
-from codec.elk import decode_elk, parse_active
-from codec.gojson import GoTime, go_json, go_string
-from codec.validate import (
-    MAX_ERROR_BYTES,
-    MAX_INT64,
-    MAX_PARTITION_ID,
-    MIN_INT64,
-    check_int,
-    check_seconds,
-    check_text,
-    check_worker_id,
-)
+from codec import PartitionInfo
+from layers.active_core import MAX_PARTITIONS_PER_CALL, RECORD_FORMATS, ActiveCore, Completion
+from layers.active_reads import check_partition_id
 from layers.clock import ServerClock
-from layers.errors import (
-    CorruptMetadata,
-    InvalidTransition,
-    NotOwner,
-    OutOfMemory,
-    PartitionNotFound,
-    VersionConflict,
-    WrongKeyType,
-)
 from layers.keys import KeySchema
-from layers.meta import stored_int, typed_errors
-from layers.metrics import LatencyBuffer, latency_argument, sdk_complete_seconds
-from layers.replies import as_text
-from layers.scripts import Scripts
-from layers.slot_moves import run_transaction
+from layers.steps import SyncIO, blocking
 
-MAX_PARTITIONS_PER_CALL = 1_000_000
-RECORD_FORMATS = ("native", "elk")
-_SYNC_EVERY_S = 1.0
+__all__ = ["MAX_PARTITIONS_PER_CALL", "RECORD_FORMATS", "ActiveLayer", "Completion", "check_partition_id"]
 
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _typed(method: F) -> F:
-    """A WRONGTYPE reply inside ``method`` becomes `WrongKeyType` naming the key."""
-
-    @functools.wraps(method)
-    def wrapper(self: ActiveLayer, *args: Any, **kwargs: Any) -> Any:
-        with typed_errors(self.redis, self.keys):
-            return method(self, *args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
-
-
-def check_partition_id(pid: Any) -> int:
-    return check_int("partition_id", pid, 1, MAX_PARTITION_ID)
-
-
-@dataclass(frozen=True, slots=True)
-class Completion:
-    """The outcome of `ActiveLayer.complete`."""
-
-    partition_id: int
-    already_completed: bool
-    archived: ArchivedPartition | None = None
-    entry_id: str | None = None
-    held: bool = False  # archival paused (`layers.archival`): kept in the active hash, queued on resume
-
-
-class ActiveLayer:
+class ActiveLayer(ActiveCore):
     """Worker SDK: create, claim, start, heartbeat, complete, fail and inspect partitions."""
 
     def __init__(
@@ -104,345 +33,32 @@ class ActiveLayer:
         record_format: str | None = None,
     ) -> None:
         self.redis = redis_client
-        self.keys = KeySchema.of(namespace, cluster, elk_prefix, client=redis_client)
-        if record_format is None:
-            record_format = "native" if self.keys.elk_prefix is None else "elk"
-        if record_format not in RECORD_FORMATS:
-            raise ValidationError(f"record_format must be native or elk, got {record_format!r}")
-        self.record_format = record_format
-        self.lease_timeout = check_seconds("lease_timeout", lease_timeout)
-        self._clock = clock or ServerClock(redis_client)  # leases compare times of several hosts
-        self._scripts = Scripts.of(redis_client)
-        self._next_sync = 0.0
-        self.skipped_records = 0
-        self._latencies = LatencyBuffer()  # handed to Redis with the next completion
-        self._complete_seconds: Any = None
+        self._io = SyncIO(redis_client)
+        keys = KeySchema.of(namespace, cluster, elk_prefix, client=redis_client)
+        clock = clock or ServerClock(redis_client)
+        super().__init__(keys, clock, lease_timeout=lease_timeout, record_format=record_format)
 
-    def _now_ms(self) -> int:
-        return int(self._clock() * 1000)
-
-    def _clock_args(self) -> tuple[int, int, str]:
-        """Now as unix ms, unix seconds, and RFC 3339 JSON text (UTC, the precision of the clock)."""
-        now = self._clock()
-        seconds = int(now)
-        return int(now * 1000), seconds, f'"{GoTime(seconds, int((now - seconds) * 1e9) // 1000 * 1000).format()}"'
-
-    def _run(self, script: str, keys: list[str], args: list[Any]) -> Any:
-        """Run a script of this layer; its typed error replies become exceptions here."""
-        try:
-            reply = self._scripts(script, keys, args)
-        except redis.exceptions.OutOfMemoryError:  # refused at the script's first write: nothing written
-            raise OutOfMemory(f"redis is at maxmemory and refuses writes; nothing was changed ({script})") from None
-        if isinstance(reply, list) and reply and as_text(reply[0]) == "err":
-            code = as_text(reply[1])
-            if code == "wrong_type":
-                raise WrongKeyType(as_text(reply[2]))
-            if code == "corrupt_meta":
-                raise CorruptMetadata(f"{as_text(reply[2])} is not a number partarchive wrote; nothing was changed")
-            if code == "corrupt":
-                raise DecodeError(f"the stored record of partition {as_text(reply[2]) or '?'} is corrupt")
-        return reply
-
-    # leader side
-
-    def create_partitions(self, first_id: int, last_id: int, size: int, options: dict[str, Any] | None = None) -> range:
-        """Split ``first_id..last_id`` (signed 64-bit) into partitions of ``size`` IDs; returns their pids.
-
-        One script per call, all or nothing: it checks the id range and every new field before
-        it writes, and two leaders creating at once each get one contiguous run of pids.
-        """
-        check_int("first_id", first_id, MIN_INT64, MAX_INT64)
-        check_int("last_id", last_id, MIN_INT64, MAX_INT64)
-        check_int("size", size, 1, MAX_INT64 - MIN_INT64 + 1)
-        if last_id < first_id:
-            raise ValidationError(f"inverted range: first_id {first_id} > last_id {last_id}")
-        count = (last_id - first_id) // size + 1
-        if count > MAX_PARTITIONS_PER_CALL:
-            raise ValidationError(
-                f"{count} partitions in one call; the limit is {MAX_PARTITIONS_PER_CALL:,} "
-                "(each call is one atomic step)"
-            )
-        options_json = self._options_json(options)
-        _, now_s, now_elk = self._clock_args()
-        now = now_elk if self.record_format == "elk" else str(now_s)
-        bounds = ",".join(f"{lo},{min(last_id, lo + size - 1)}" for lo in range(first_id, last_id + 1, size))
-        k = self.keys
-        got = self._run(
-            "create",
-            [k.active, k.pending, k.counts, k.meta, *k.go_stats],
-            [self.record_format, now, options_json, MAX_PARTITION_ID, bounds],
-        )
-        if as_text(got[0]) == "err":
-            if as_text(got[1]) == "pid_range":
-                raise ValidationError(f"partition ids would reach {as_text(got[2])}, past 2^32 - 1")
-            raise ValidationError(f"partition {as_text(got[2])} already exists; is the id counter behind?")
-        return range(int(got[1]), int(got[2]) + 1)
-
-    def _options_json(self, options: dict[str, Any] | None) -> str:
-        if options is None or options == {}:
-            return ""
-        if not isinstance(options, dict):
-            raise ValidationError("options must be a dict")
-        try:
-            text = go_json(options) if self.record_format == "elk" else orjson.dumps(options).decode()
-        except (TypeError, ValidationError) as exc:
-            raise ValidationError(f"options are not JSON-serialisable: {exc}") from None
-        if len(text) > 16384:
-            raise ValidationError("options are larger than 16 KiB")
-        return text
-
-    # worker side
-
-    def claim(self, worker_id: str) -> PartitionInfo | None:
-        """Take the lowest pending partition, or one whose holder stopped heartbeating."""
-        check_worker_id(worker_id)
-        if self.keys.elk_prefix is not None and self._clock() >= self._next_sync:
-            self.sync()
-        got = self._claim(worker_id)
-        if as_text(got[0]) == "none":
-            return None
-        return parse_active(got[1])
-
-    def _claim(self, worker_id: str) -> Any:
-        k = self.keys
-        now_ms, now_s, now_elk = self._clock_args()
-        return self._run(
-            "claim",
-            [k.active, k.pending, k.leases, k.counts, *k.go_stats],
-            [worker_id, go_string(worker_id), now_ms, int(self.lease_timeout * 1000), now_s, now_elk],
-        )
-
-    @_typed
-    def sync(self) -> dict[str, int]:
-        """Rebuild the pending/lease/failed indexes and the counts from the active hash.
-
-        Needed where other writers (elk_coordinator's Go workers) change the hash without
-        them. Records are read with HSCAN; an index entry added for a record that moved on in
-        the meantime is dropped by the next script that meets it. Returns the counts.
-        """
-        k = self.keys
-        pending: dict[str, int] = {}
-        failed: dict[str, int] = {}
-        leases: dict[str, int] = {}
-        counts: Counter[str] = Counter()
-        for field, raw in self.redis.hscan_iter(k.active, count=1000):
-            try:
-                part = parse_active(raw)
-            except (DecodeError, ValidationError):
-                continue
-            pid = as_text(field)
-            counts[part.status.value] += 1
-            if part.status.value == "pending":
-                pending[pid] = part.partition_id
-            elif part.status.value == "failed":
-                failed[pid] = part.partition_id
-            else:
-                leases[pid] = _heartbeat_ms(raw, part)
-
-        def rebuild(pipe: Pipeline) -> None:
-            pipe.delete(k.pending, k.failed, k.counts)
-            for zset, members in ((k.pending, pending), (k.failed, failed), (k.leases, leases)):
-                if members:
-                    pipe.zadd(zset, members)  # type: ignore[arg-type]
-            pipe.hset(k.counts, mapping={s.value: counts.get(s.value, 0) for s in ACTIVE_STATUSES})
-
-        run_transaction(self.redis, rebuild, "active_sync")
-        self._next_sync = self._clock() + _SYNC_EVERY_S
-        return {s.value: counts.get(s.value, 0) for s in ACTIVE_STATUSES}
-
-    def start(self, pid: int, worker_id: str, *, expected_version: int | None = None) -> PartitionInfo:
-        return self._update("start", pid, worker_id, expected_version)
-
-    def heartbeat(self, pid: int, worker_id: str, *, expected_version: int | None = None) -> PartitionInfo:
-        return self._update("heartbeat", pid, worker_id, expected_version)
-
-    def fail(self, pid: int, worker_id: str, error: str, *, expected_version: int | None = None) -> PartitionInfo:
-        check_text("error", error, MAX_ERROR_BYTES, allow_empty=True, multiline=True)
-        return self._update("fail", pid, worker_id, expected_version, error)
-
-    def _update(
-        self, op: str, pid: int, worker_id: str, expected_version: int | None, error: str = ""
-    ) -> PartitionInfo:
-        check_partition_id(pid)
-        check_worker_id(worker_id)
-        k = self.keys
-        now_ms, now_s, now_elk = self._clock_args()
-        got = self._run(
-            "update",
-            [k.active, k.leases, k.failed, k.counts, *k.go_stats],
-            [op, pid, worker_id, _version_arg(expected_version), now_ms, now_s, now_elk, go_string(error)],
-        )
-        _raise_for(got, pid, op)
-        return parse_active(got[1])
-
-    def complete(self, pid: int, worker_id: str, *, expected_version: int | None = None) -> Completion:
-        """Remove the partition from the active layer and queue it for the archiver, atomically."""
-        check_partition_id(pid)
-        check_worker_id(worker_id)
-        k = self.keys
-        now_ms, _, now_elk = self._clock_args()
-        latencies = self._latencies.take()
-        started = time.perf_counter()
-        try:
-            got = self._run(
-                "complete",
-                [*k.complete_keys, *k.go_stats],
-                [pid, worker_id, _version_arg(expected_version), now_ms, now_elk, latency_argument(latencies)],
-            )
-        except BaseException:
-            self._latencies.give_back(latencies)
-            raise
-        elapsed = time.perf_counter() - started
-        if self._complete_seconds is None:  # created on the first completion: importing registers nothing
-            self._complete_seconds = sdk_complete_seconds().labels(namespace=k.namespace)
-        self._complete_seconds.observe(elapsed)
-        self._latencies.observe(elapsed)
-        if as_text(got[0]) not in ("ok", "held"):
-            self._latencies.give_back(latencies)  # the script adds them only when it completes
-        if as_text(got[0]) == "already":
-            return Completion(pid, already_completed=True)
-        if as_text(got[0]) == "held":  # archival is paused: kept in the active hash, status completed
-            return Completion(pid, False, held=True)
-        _raise_for(got, pid, "complete")
-        payload = got[1]
-        archived = (
-            ArchivedPartition.from_json(payload) if b'"completed_at"' in payload else decode_elk(payload).to_archived()
-        )
-        return Completion(pid, False, archived, as_text(got[2]))
-
-    def retry_failed(self, limit: int | None = None) -> int:
-        """Move failed partitions back to pending; returns how many moved."""
-        if limit is not None:
-            check_int("limit", limit, 1, 2**31)
-        k = self.keys
-        if k.elk_prefix is not None:
-            self.sync()
-        moved = 0
-        while limit is None or moved < limit:
-            step = 1000 if limit is None else min(1000, limit - moved)
-            _, now_s, now_elk = self._clock_args()
-            keys = [k.active, k.failed, k.pending, k.counts, *k.go_stats]
-            got = self._run("retry_failed", keys, [now_s, now_elk, step])
-            n, looked = int(got[0]), int(got[1])
-            moved += n
-            if looked < step or n == 0:
-                break
-        return moved
-
-    # reads
-
-    @_typed
-    def get(self, pid: int) -> PartitionInfo | None:
-        check_partition_id(pid)
-        raw = self.redis.hget(self.keys.active, str(pid))
-        return None if raw is None else parse_active(raw)  # type: ignore[arg-type]
-
-    def _parse_listed(self, raw: bytes) -> PartitionInfo | None:
-        """A listed record, or None (counted in ``skipped_records``) if it cannot be read, as Go's
-        listing calls skip a record they reject instead of failing the whole listing."""
-        try:
-            return parse_active(raw)
-        except (DecodeError, ValidationError):
-            self.skipped_records += 1
-            return None
-
-    @_typed
-    def all_active(self) -> list[PartitionInfo]:
-        """Every readable active partition, ordered by pid. Reads only the active hash."""
-        raw = self.redis.hgetall(self.keys.active)
-        values: Any = raw.values()  # type: ignore[union-attr]
-        records = [p for v in values if (p := self._parse_listed(v)) is not None]
-        return sorted(records, key=lambda r: r.partition_id)
-
+    create_partitions = blocking(ActiveCore._create_partitions)
+    claim = blocking(ActiveCore._claim)
+    sync = blocking(ActiveCore._sync)
+    start = blocking(ActiveCore._start)
+    heartbeat = blocking(ActiveCore._heartbeat)
+    fail = blocking(ActiveCore._fail)
+    complete = blocking(ActiveCore._complete)
+    retry_failed = blocking(ActiveCore._retry_failed)
+    get = blocking(ActiveCore._get)
+    all_active = blocking(ActiveCore._all_active)
     get_all_active = all_active
-
-    @_typed
-    def page(
-        self, *, status: str | None = None, after: int = 0, limit: int = 100
-    ) -> tuple[list[PartitionInfo], int | None]:
-        """Active partitions with pid > ``after`` in pid order, at most ``limit``; and the next ``after``.
-
-        Reads the pid list of the active hash (small by design) or, for pending and failed, of
-        their sorted sets, then only the records of the page.
-        """
-        if status is not None and status not in {s.value for s in ACTIVE_STATUSES}:
-            raise ValidationError(f"unknown status {status!r}")
-        check_int("after", after, 0, 2**53)
-        check_int("limit", limit, 1, 10_000)
-        chosen: list[PartitionInfo] = []
-        cursor = after
-        while len(chosen) < limit:
-            if status in ("pending", "failed"):
-                zset = self.keys.pending if status == "pending" else self.keys.failed
-                raw: Any = self.redis.zrangebyscore(zset, f"({cursor}", "+inf", start=0, num=limit)
-                pids = [int(p) for p in raw if p.isdigit()]
-            else:
-                every: Any = self.redis.hkeys(self.keys.active)
-                pids = sorted(p for p in (int(f) for f in every if f.isdigit()) if p > cursor)[: limit * 4]
-            if not pids:
-                return chosen, None
-            records: Any = self.redis.hmget(self.keys.active, [str(p) for p in pids])
-            for raw_record in records:
-                part = None if raw_record is None else self._parse_listed(raw_record)
-                if part is None:
-                    continue
-                if status is None or part.status.value == status:
-                    chosen.append(part)
-                    if len(chosen) == limit:
-                        return chosen, part.partition_id
-            cursor = pids[-1]
-        return chosen, None
+    page = blocking(ActiveCore._page)
+    counts = blocking(ActiveCore._counts)
+    size = blocking(ActiveCore._size)
+    is_completed = blocking(ActiveCore._is_completed)
 
     def iter_active(self, batch: int = 1000) -> Iterator[PartitionInfo]:
         """Every active partition, in no particular order, without loading them all at once."""
-        with typed_errors(self.redis, self.keys):
-            for _, raw in self.redis.hscan_iter(self.keys.active, count=batch):
-                if (part := self._parse_listed(raw)) is not None:
-                    yield part
-
-    @_typed
-    def counts(self) -> dict[str, int]:
-        """Active partitions per status (recounted from the hash in a namespace bound to Go's)."""
-        if self.keys.elk_prefix is not None:
-            return self.sync()
-        raw: Any = self.redis.hgetall(self.keys.counts)
-        got = {as_text(k): stored_int(self.keys.counts, as_text(k), v, default=0) for k, v in raw.items()}
-        return {s.value: got.get(s.value, 0) for s in ACTIVE_STATUSES}
-
-    @_typed
-    def size(self) -> int:
-        return int(self.redis.hlen(self.keys.active))  # type: ignore[arg-type]
-
-    @_typed
-    def is_completed(self, pid: int) -> bool:
-        """True once `complete` succeeded for this partition (archived or still queued)."""
-        check_partition_id(pid)
-        return bool(self.redis.getbit(self.keys.done, pid))
-
-
-def _heartbeat_ms(raw: bytes, part: PartitionInfo) -> int:
-    """A leased record's last heartbeat in unix ms (Go records keep sub-second precision)."""
-    if b'"claimed_at"' in raw:
-        return part.last_heartbeat * 1000
-    return decode_elk(raw).last_heartbeat.unix_ms
-
-
-def _version_arg(expected: int | None) -> str:
-    if expected is None:
-        return ""
-    return str(check_int("expected_version", expected, 0, 2**53))
-
-
-def _raise_for(reply: list[Any], pid: int, op: str) -> None:
-    if as_text(reply[0]) == "ok":
-        return
-    code, detail = as_text(reply[1]), as_text(reply[2])
-    if code == "corrupt":
-        raise DecodeError(f"the stored record of partition {pid} is corrupt")
-    if code == "not_found":
-        raise PartitionNotFound(f"partition {pid} is not active")
-    if code == "not_owner":
-        raise NotOwner(f"partition {pid} is held by another worker")
-    if code == "version":
-        raise VersionConflict(f"partition {pid} is at version {detail}")
-    raise InvalidTransition(f"cannot {op} partition {pid}: it is {detail}")
+        cursor = 0
+        while True:
+            cursor, parts = self._io.run(self._active_scan(cursor, batch))
+            yield from parts
+            if not cursor:
+                return

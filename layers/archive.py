@@ -29,7 +29,7 @@ from codec import ArchivedPartition, ValidationError
 from codec.elk import ElkRecord, as_archived
 from codec.page import Columns
 from layers.keys import KeySchema
-from layers.meta import read_tier, stored_int, stored_tier
+from layers.meta import StoredBatchSize, read_tier, stored_int, stored_tier
 from layers.scripts import Scripts
 from layers.sealing import BatchSealing
 from layers.shelves import ShelfStore
@@ -48,7 +48,7 @@ class ArchiveLayer:
         self.dead_letters = self.shelves.dead_letters
         self.sealing = BatchSealing(redis_client, self.keys, self.policy, self.workers, self.shelves)
         self._batch_size_checked = False
-        self._stored_batch_size: int | None = None  # once stored it never changes
+        self.batch_sizes = StoredBatchSize(self.keys.archive_meta, self.policy.batch_size)
 
     # state
 
@@ -122,23 +122,18 @@ class ArchiveLayer:
 
     def stored_batch_size(self) -> int:
         """The batch size the namespace's batches were written with (the policy's before any)."""
-        if self._stored_batch_size is None:
-            return self.batch_size_read(self.redis.hget(self.keys.archive_meta, "batch_size"))
-        return self._stored_batch_size
+        if self.batch_sizes.stored is None:
+            return self.batch_sizes.read(self.redis.hget(self.keys.archive_meta, "batch_size"))
+        return self.batch_sizes.stored
 
     @property
     def known_batch_size(self) -> int:
-        """The stored batch size if this process has seen it, else the policy's (no round trip:
-        the query router reads the field beside the record and corrects a wrong guess)."""
-        return self._stored_batch_size or self.policy.batch_size
+        """The stored batch size if this process has seen it, else the policy's (no round trip)."""
+        return self.batch_sizes.known
 
     def batch_size_read(self, raw: Any) -> int:
-        """The batch size in force given the meta's ``batch_size`` field as just read (None before
-        any batch was written); a stored one is kept, since it never changes."""
-        if raw is None:
-            return self._stored_batch_size or self.policy.batch_size
-        self._stored_batch_size = stored_int(self.keys.archive_meta, "batch_size", raw, default=0, minimum=1)
-        return self._stored_batch_size
+        """The batch size in force given the meta's ``batch_size`` field as just read."""
+        return self.batch_sizes.read(raw)
 
     # write path
 

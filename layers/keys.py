@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 
 import redis
+import redis.asyncio
 
 from codec.errors import ValidationError
 
@@ -29,6 +30,11 @@ ARCHIVER_GROUP = "archivers"
 _NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _ELK_PREFIX_RE = re.compile(r"^[\x21-\x7e]{0,128}$")
 _HASH_TAG_RE = re.compile(r"\{[^}]+\}")
+
+
+def is_cluster_client(client: object) -> bool:
+    """Whether ``client`` is a Redis Cluster client, synchronous or asyncio."""
+    return isinstance(client, redis.RedisCluster | redis.asyncio.RedisCluster)
 
 
 def check_namespace(namespace: str) -> str:
@@ -122,7 +128,7 @@ class KeySchema:
         With a Redis Cluster ``client`` a name always gets hash-tagged keys, and a schema without
         them is refused: the scripts' keys would land in different slots.
         """
-        on_cluster = isinstance(client, redis.RedisCluster)
+        on_cluster = is_cluster_client(client)
         if not isinstance(namespace, KeySchema):
             return cls(namespace, cluster or on_cluster, elk_prefix)
         if on_cluster and not namespace.cluster:

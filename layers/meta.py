@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 
 from layers.errors import CorruptMetadata, WrongKeyType
 from layers.keys import KeySchema
 from layers.replies import as_text
+from layers.steps import Batch, Steps, SyncIO
 from layers.tiers import Tier, TierPolicy
+
+T = TypeVar("T")
 
 
 def stored_int(key: str, field: str, raw: Any, *, default: int, minimum: int = 0) -> int:
@@ -31,6 +34,28 @@ def stored_int(key: str, field: str, raw: Any, *, default: int, minimum: int = 0
     if value < minimum:
         raise CorruptMetadata(f"{key} field {field} is {value}, below {minimum}")
     return value
+
+
+class StoredBatchSize:
+    """The batch size a namespace's batches were written with, kept once read (it never changes);
+    before that the configured one. A reader guesses with `known` and corrects with `read` (the
+    query router reads the field beside the record, no round trip of its own)."""
+
+    def __init__(self, key: str, configured: int) -> None:
+        self.key = key
+        self.configured = configured
+        self.stored: int | None = None
+
+    @property
+    def known(self) -> int:
+        return self.stored or self.configured
+
+    def read(self, raw: Any) -> int:
+        """The batch size in force given the field as just read (None before any batch was written)."""
+        if raw is None:
+            return self.known
+        self.stored = stored_int(self.key, "batch_size", raw, default=0, minimum=1)
+        return self.stored
 
 
 def stored_float(key: str, field: str, raw: Any, *, default: float = 0.0) -> float:
@@ -88,23 +113,32 @@ KEY_TYPES = (
 )
 
 
-def find_wrong_type(client: redis.Redis, keys: KeySchema) -> WrongKeyType | None:
+def find_wrong_type_steps(keys: KeySchema) -> Steps[WrongKeyType | None]:
     """The first key of the namespace that holds another type than partarchive writes, as the
     error naming it; None if every key is of its type or absent (one pipeline of TYPE)."""
-    pipe = client.pipeline(transaction=False)
+    batch = Batch()
     for name, _ in KEY_TYPES:
-        pipe.type(getattr(keys, name))
-    for (name, kind), actual in zip(KEY_TYPES, pipe.execute(), strict=True):
+        batch.type(getattr(keys, name))
+    replies = yield batch
+    for (name, kind), actual in zip(KEY_TYPES, replies, strict=True):
         actual = as_text(actual)
         if actual not in ("none", kind):
             return WrongKeyType(f"{getattr(keys, name)} is a {actual}, not a {kind}: not partarchive's data")
     return None
 
 
-def wrong_type_error(client: redis.Redis, keys: KeySchema) -> WrongKeyType:
+def wrong_type_error_steps(keys: KeySchema) -> Steps[WrongKeyType]:
     """After a WRONGTYPE reply (which names no key): the error naming the key."""
-    found = find_wrong_type(client, keys)
+    found = yield from find_wrong_type_steps(keys)
     return found or WrongKeyType(f"a key of namespace {keys.namespace} holds another type than partarchive writes")
+
+
+def find_wrong_type(client: redis.Redis, keys: KeySchema) -> WrongKeyType | None:
+    return SyncIO(client).run(find_wrong_type_steps(keys))
+
+
+def wrong_type_error(client: redis.Redis, keys: KeySchema) -> WrongKeyType:
+    return SyncIO(client).run(wrong_type_error_steps(keys))
 
 
 def is_wrong_type(exc: BaseException) -> bool:
@@ -119,4 +153,14 @@ def typed_errors(client: redis.Redis, keys: KeySchema) -> Iterator[None]:
     except redis.ResponseError as exc:
         if is_wrong_type(exc):
             raise wrong_type_error(client, keys) from None
+        raise
+
+
+def typed_steps(keys: KeySchema, steps: Steps[T]) -> Steps[T]:
+    """`typed_errors` for steps: a WRONGTYPE reply to any of them becomes `WrongKeyType` naming the key."""
+    try:
+        return (yield from steps)
+    except redis.ResponseError as exc:
+        if is_wrong_type(exc):
+            raise (yield from wrong_type_error_steps(keys)) from None
         raise

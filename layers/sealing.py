@@ -26,8 +26,9 @@ from layers.meta import read_tier
 from layers.replies import as_text
 from layers.scripts import Scripts
 from layers.shelves import ShelfStore, SlotWrite, StoredBatch
+from layers.steps import Steps, SyncIO
 from layers.tiers import Tier, TierPolicy
-from layers.workers import WorkerRegistry
+from layers.workers import WorkerNumbers, WorkerRegistry
 
 _SEAL_RETRIES = 20
 #: Bytes of member names, colons and braces in an archived record's JSON beyond its values.
@@ -256,11 +257,7 @@ class BatchSealing:
 
     def find_in_batch(self, blob: bytes, pid: int) -> ArchivedPartition | None:
         """One partition's record in a blob (None if the batch does not hold it)."""
-        try:
-            return find_in_blob(blob, self.workers.map, pid)
-        except DecodeError:
-            self.workers.refresh()  # another archiver may have registered new workers
-            return find_in_blob(blob, self.workers.map, pid)
+        return SyncIO(self.redis).run(find_in_batch_steps(self.workers, blob, pid))
 
     def decode_batch(self, blob: bytes) -> list[ArchivedPartition]:
         try:
@@ -268,3 +265,12 @@ class BatchSealing:
         except DecodeError:
             self.workers.refresh()  # another archiver may have registered new workers
             return decode_blob(blob, self.workers.map)
+
+
+def find_in_batch_steps(workers: WorkerNumbers, blob: bytes, pid: int) -> Steps[ArchivedPartition | None]:
+    """One partition's record in a blob (None if the batch does not hold it), as steps."""
+    try:
+        return find_in_blob(blob, workers.map, pid)
+    except DecodeError:
+        yield from workers.refresh_steps()  # another archiver may have registered new workers
+        return find_in_blob(blob, workers.map, pid)

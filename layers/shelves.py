@@ -59,6 +59,40 @@ def shelf_of(batch_no: int) -> tuple[int, int]:
     return divmod(batch_no, SHELF_SLOTS)
 
 
+def add_shelf_reads(
+    pipe: Any, keys: KeySchema, numbers: Iterable[int], quarantine: Callable[[int, Any, str], None] | None = None
+) -> Callable[[Sequence[Any]], dict[int, StoredBatch]]:
+    """Queue the reads of these batches on ``pipe`` (a pipeline, or a `layers.steps.Batch`; a
+    shelf is read once however many of its batches are asked for); the function returned turns
+    the replies to them, in order, into the stored batches. A shelf whose slot table is damaged
+    reads as empty, with the reason in `StoredBatch.damaged`, and is handed to ``quarantine``."""
+    wanted = sorted(set(numbers))
+    shelves = sorted({b // SHELF_SLOTS for b in wanted})
+    for s in shelves:
+        pipe.get(keys.shelf(s))
+    for b in wanted:
+        pipe.get(keys.batch(b))
+
+    def parse(replies: Sequence[Any]) -> dict[int, StoredBatch]:
+        raw = dict(zip(shelves, replies, strict=False))
+        damaged: dict[int, str] = {}
+        out = {}
+        for b, legacy in zip(wanted, replies[len(shelves) : len(shelves) + len(wanted)], strict=True):
+            s, slot = shelf_of(b)
+            blob = None
+            if s not in damaged:
+                try:
+                    blob = unshelved(shelf_slot(raw[s], slot))
+                except DecodeError as exc:
+                    damaged[s] = f"shelf {s} is corrupt: {exc}"
+                    if quarantine is not None:
+                        quarantine(s, raw[s], str(exc))
+            out[b] = StoredBatch(b, blob, legacy, damaged.get(s, ""))
+        return out
+
+    return parse
+
+
 class ShelfStore:
     def __init__(self, client: redis.Redis, keys: KeySchema) -> None:
         self.redis = client
@@ -75,36 +109,9 @@ class ShelfStore:
     def add_reads(
         self, pipe: Any, numbers: Iterable[int], *, repair: bool = True
     ) -> Callable[[Sequence[Any]], dict[int, StoredBatch]]:
-        """Queue the reads of these batches on ``pipe`` (a shelf is read once however many of its
-        batches are asked for); the function returned turns the replies to them, in order, into
-        the stored batches. A shelf whose slot table is damaged reads as empty, with the reason in
-        `StoredBatch.damaged`; with ``repair`` it is also quarantined, so the next seals rebuild
-        its batches from what is staged."""
-        wanted = sorted(set(numbers))
-        shelves = sorted({b // SHELF_SLOTS for b in wanted})
-        for s in shelves:
-            pipe.get(self.keys.shelf(s))
-        for b in wanted:
-            pipe.get(self.keys.batch(b))
-
-        def parse(replies: Sequence[Any]) -> dict[int, StoredBatch]:
-            raw = dict(zip(shelves, replies, strict=False))
-            damaged: dict[int, str] = {}
-            out = {}
-            for b, legacy in zip(wanted, replies[len(shelves) : len(shelves) + len(wanted)], strict=True):
-                s, slot = shelf_of(b)
-                blob = None
-                if s not in damaged:
-                    try:
-                        blob = unshelved(shelf_slot(raw[s], slot))
-                    except DecodeError as exc:
-                        damaged[s] = f"shelf {s} is corrupt: {exc}"
-                        if repair:
-                            self._quarantine(s, raw[s], str(exc))
-                out[b] = StoredBatch(b, blob, legacy, damaged.get(s, ""))
-            return out
-
-        return parse
+        """`add_shelf_reads`; with ``repair`` a shelf whose slot table is damaged is also
+        quarantined, so the next seals rebuild its batches from what is staged."""
+        return add_shelf_reads(pipe, self.keys, numbers, self._quarantine if repair else None)
 
     def write(self, writes: Sequence[SlotWrite]) -> set[int]:
         """Write slots, one script call per shelf; returns the batches written (the others

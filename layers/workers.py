@@ -13,19 +13,52 @@ from codec.validate import check_worker_id
 from layers.keys import KeySchema
 from layers.replies import as_text
 from layers.scripts import Scripts
+from layers.steps import Batch, Steps, SyncIO
 
 
-class WorkerRegistry:
+class WorkerNumbers:
+    """The numbering of a registry as last read, and its reading as steps (`layers.steps`): what a
+    reader of sealed batches needs, on either kind of client."""
+
+    def __init__(self, keys: KeySchema) -> None:
+        self.keys = keys
+        self.map = WorkerMap()
+        self.generation: str | None = None  # of the registry ``map`` was read from (see register_workers.lua)
+        self._lock = threading.RLock()  # a bulk import registers from two threads
+
+    def is_current(self, generation: Any) -> bool:
+        """Whether ``generation`` (the field '' of the workers hash, as read) is the cached one."""
+        return (None if generation is None else as_text(generation)) == self.generation
+
+    def refresh_steps(self, *, forget: bool = False) -> Steps[WorkerMap]:
+        """Read every pair from Redis into the map (after another process registered workers);
+        with ``forget`` the map is rebuilt from what was read alone."""
+        batch = Batch()
+        batch.hget(self.keys.workers, "")
+        batch.hgetall(self.keys.workers_by_short)
+        generation, raw = yield batch
+        generation = None if generation is None else as_text(generation)
+        with self._lock:
+            if forget or generation != self.generation:  # another registry than the cached one: nothing of it holds
+                self.map = WorkerMap()
+                self.generation = generation
+            try:
+                for short, worker_id in raw.items():
+                    self.map.add(int(short), as_text(worker_id))
+            except ValueError as exc:
+                raise DecodeError(f"the worker registry is corrupt: {exc}") from None
+            return self.map
+
+
+class WorkerRegistry(WorkerNumbers):
     """A local `WorkerMap` kept in step with the registry in Redis."""
 
     def __init__(self, redis_client: redis.Redis, keys: KeySchema) -> None:
+        super().__init__(KeySchema.of(keys, client=redis_client))
         self.redis = redis_client
-        self.keys = KeySchema.of(keys, client=redis_client)
-        self.map = WorkerMap()
-        self.generation: str | None = None  # of the registry ``map`` was read from (see register_workers.lua)
+        self._io = SyncIO(redis_client)
         self._scripts = Scripts.of(redis_client)
         self.round_trips = 0
-        self._lock = threading.RLock()  # a bulk import registers from two threads
 
     def register(self, worker_ids: Iterable[str], *, verify: bool = True) -> WorkerMap:
         """Make sure every worker has a number (assigned atomically in Redis); returns the local map.
@@ -88,36 +121,15 @@ class WorkerRegistry:
                 self.map.add(int(short), worker_id)
         return self.map
 
-    def is_current(self, generation: Any) -> bool:
-        """Whether ``generation`` (the field '' of the workers hash, as read) is the cached one."""
-        return (None if generation is None else as_text(generation)) == self.generation
-
     def reload(self) -> WorkerMap:
         """Forget the local numbering and read Redis's."""
-        with self._lock:
-            self.map = WorkerMap()
-            return self._refresh()
+        with self._lock:  # held over the read too: no registration in this process meanwhile
+            return self._io.run(self.refresh_steps(forget=True))
 
     def refresh(self) -> WorkerMap:
         """Reload every pair from Redis (after another process registered workers)."""
         with self._lock:
-            return self._refresh()
-
-    def _refresh(self) -> WorkerMap:
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hget(self.keys.workers, "")
-        pipe.hgetall(self.keys.workers_by_short)
-        generation, raw = pipe.execute()
-        generation = None if generation is None else as_text(generation)
-        if generation != self.generation:  # another registry than the cached one: nothing of it holds
-            self.map = WorkerMap()
-            self.generation = generation
-        try:
-            for short, worker_id in raw.items():
-                self.map.add(int(short), as_text(worker_id))
-        except ValueError as exc:
-            raise DecodeError(f"the worker registry is corrupt: {exc}") from None
-        return self.map
+            return self._io.run(self.refresh_steps())
 
 
 def _checked(worker_ids: Iterable[str]) -> list[str]:

@@ -10,6 +10,7 @@ from codec import ACTIVE_STATUSES, DecodeError
 from layers import KeySchema
 from layers.meta import is_wrong_type, stored_int, stored_tier, wrong_type_error
 from layers.replies import as_text
+from layers.steps import Batch, Steps, SyncIO, one
 from stats.compaction import COARSE, coarse_of, merge_fields
 from stats.fields import KINDS, by_worker_id, per_worker, worker_ids
 from stats.rollup import DEFAULT_RANGE_WIDTH
@@ -26,14 +27,53 @@ def _avg(total: int, count: int) -> float:
     return round(total / count, 3) if count else 0.0
 
 
-class StatsReader:
-    def __init__(self, redis_client: redis.Redis, namespace: str | KeySchema = "elk", *, cluster: bool = False) -> None:
-        self.redis = redis_client
-        self.keys = KeySchema.of(namespace, cluster, client=redis_client)
+class RangeSummaries:
+    """The statistics of one ID range, read as steps (`layers.steps`): the query router's fallback
+    on either kind of client."""
 
-    def range_width(self) -> int:
-        raw = self.redis.hget(self.keys.stats_meta, "range_width")
+    def __init__(self, keys: KeySchema) -> None:
+        self.keys = keys
+
+    def range_width_steps(self) -> Steps[int]:
+        raw = yield one().hget(self.keys.stats_meta, "range_width")
         return stored_int(self.keys.stats_meta, "range_width", raw, default=DEFAULT_RANGE_WIDTH, minimum=1)
+
+    def range_summary_steps(self, pid: int) -> Steps[dict[str, Any] | None]:
+        """The statistics of the ID range holding partition ``pid`` (the router's fallback)."""
+        width = yield from self.range_width_steps()
+        return (yield from self.range_stats_steps(pid // width, width))
+
+    def range_stats_steps(self, range_no: int, width: int | None = None) -> Steps[dict[str, Any] | None]:
+        """One range's rollup; for a range merged into its coarse range (statistics retention),
+        the coarse range's, with ``level`` saying which."""
+        width = width or (yield from self.range_width_steps())
+        batch = Batch()
+        batch.hgetall(self.keys.stats_range(range_no))
+        batch.hget(self.keys.stats_meta, "compact_range")
+        batch.hgetall(self.keys.workers_by_short)
+        raw, merged_below, registry = yield batch
+        if range_no < int(merged_below or 0):
+            return (yield from self._coarse_stats(coarse_of(range_no), width, range_no))
+        if not raw:
+            return None
+        fields = by_worker_id(_ints(raw), worker_ids(registry))
+        return self._summary(fields, range_no, [range_no * width, range_no * width + width - 1], "range")
+
+    def _coarse_stats(self, coarse_no: int, width: int, range_no: int) -> Steps[dict[str, Any] | None]:
+        batch = Batch()
+        batch.hgetall(self.keys.stats_coarse(coarse_no))
+        for r in range(coarse_no * COARSE, (coarse_no + 1) * COARSE):
+            batch.hgetall(self.keys.stats_range(r))  # completions that arrived after their range was merged
+        batch.hgetall(self.keys.workers_by_short)
+        *replies, registry = yield batch
+        names = worker_ids(registry)
+        parts = [by_worker_id(_ints(x), names) for x in replies if x]
+        if not parts:
+            return None
+        first = coarse_no * COARSE * width
+        summary = self._summary(merge_fields(parts), range_no, [first, first + COARSE * width - 1], "coarse")
+        summary["coarse_range"] = coarse_no
+        return summary
 
     @staticmethod
     def _per_worker(fields: dict[str, int]) -> dict[str, dict[str, Any]]:
@@ -48,6 +88,30 @@ class StatsReader:
                 "avg_duration": _avg(duration, count),
             }
         return dict(sorted(out.items()))
+
+    def _summary(self, f: dict[str, int], range_no: int, partitions: list[int], level: str) -> dict[str, Any]:
+        return {
+            "range": range_no,
+            "level": level,
+            "partitions": partitions,
+            "partition_count": f.get("count", 0),
+            "data_range": {"min": f.get("min_id"), "max": f.get("max_id")},
+            "processed_data": f.get("data", 0),
+            "worker_distribution": self._per_worker(f),
+            "completed_time_range": {"start": f.get("first_at"), "end": f.get("last_at")},
+            "total_duration": f.get("duration", 0),
+            "avg_duration": _avg(f.get("duration", 0), f.get("count", 0)),
+        }
+
+
+class StatsReader(RangeSummaries):
+    def __init__(self, redis_client: redis.Redis, namespace: str | KeySchema = "elk", *, cluster: bool = False) -> None:
+        super().__init__(KeySchema.of(namespace, cluster, client=redis_client))
+        self.redis = redis_client
+        self._io = SyncIO(redis_client)
+
+    def range_width(self) -> int:
+        return self._io.run(self.range_width_steps())
 
     def stats(self) -> dict[str, Any]:
         """Live active counts merged with the completed rollups, in one round trip.
@@ -98,55 +162,12 @@ class StatsReader:
         return view
 
     def range_summary(self, pid: int) -> dict[str, Any] | None:
-        """The statistics of the ID range holding partition ``pid`` (the router's fallback)."""
-        width = self.range_width()
-        return self.range_stats(pid // width, width)
+        """The statistics of the ID range holding partition ``pid``."""
+        return self._io.run(self.range_summary_steps(pid))
 
     def range_stats(self, range_no: int, width: int | None = None) -> dict[str, Any] | None:
-        """One range's rollup; for a range merged into its coarse range (statistics retention),
-        the coarse range's, with ``level`` saying which."""
-        width = width or self.range_width()
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hgetall(self.keys.stats_range(range_no))
-        pipe.hget(self.keys.stats_meta, "compact_range")
-        pipe.hgetall(self.keys.workers_by_short)
-        raw, merged_below, registry = pipe.execute()
-        if range_no < int(merged_below or 0):
-            return self._coarse_stats(coarse_of(range_no), width, range_no)
-        if not raw:
-            return None
-        fields = by_worker_id(_ints(raw), worker_ids(registry))
-        return self._summary(fields, range_no, [range_no * width, range_no * width + width - 1], "range")
-
-    def _coarse_stats(self, coarse_no: int, width: int, range_no: int) -> dict[str, Any] | None:
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hgetall(self.keys.stats_coarse(coarse_no))
-        for r in range(coarse_no * COARSE, (coarse_no + 1) * COARSE):
-            pipe.hgetall(self.keys.stats_range(r))  # completions that arrived after their range was merged
-        pipe.hgetall(self.keys.workers_by_short)
-        *replies, registry = pipe.execute()
-        names = worker_ids(registry)
-        parts = [by_worker_id(_ints(x), names) for x in replies if x]
-        if not parts:
-            return None
-        first = coarse_no * COARSE * width
-        summary = self._summary(merge_fields(parts), range_no, [first, first + COARSE * width - 1], "coarse")
-        summary["coarse_range"] = coarse_no
-        return summary
-
-    def _summary(self, f: dict[str, int], range_no: int, partitions: list[int], level: str) -> dict[str, Any]:
-        return {
-            "range": range_no,
-            "level": level,
-            "partitions": partitions,
-            "partition_count": f.get("count", 0),
-            "data_range": {"min": f.get("min_id"), "max": f.get("max_id")},
-            "processed_data": f.get("data", 0),
-            "worker_distribution": self._per_worker(f),
-            "completed_time_range": {"start": f.get("first_at"), "end": f.get("last_at")},
-            "total_duration": f.get("duration", 0),
-            "avg_duration": _avg(f.get("duration", 0), f.get("count", 0)),
-        }
+        """One range's rollup (the coarse range's for a merged one, `level` says which)."""
+        return self._io.run(self.range_stats_steps(range_no, width))
 
     def time_series(self, day: str) -> dict[str, Any]:
         """Completions per hour of one UTC day, and per worker that day."""

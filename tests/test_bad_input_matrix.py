@@ -1,5 +1,6 @@
 """Every kind of tampered state, through every face (SDK, CLI, HTTP), on the real engine:
-a typed error or an answer, never a traceback, never an HTTP 500."""
+a typed error or an answer, never a traceback, never an HTTP 500; the asyncio SDK and router
+answer each call as the blocking ones do (the same typed error, or none)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from archiver import Config, QueryRouter
+from archiver import Config
 from archiver.cli import main
 from archiver.daemon.loop import ArchiverDaemon, drain
 from archiver.web import create_app
@@ -19,6 +20,8 @@ from codec import PartArchiveError
 from layers import ActiveLayer, KeySchema
 from layers.meta import KEY_TYPES
 from stats import StatsReader
+from tests.conftest import delete_namespace
+from tests.flavours import Flavour
 from tests.helpers import complete_partitions
 
 Tamper = Callable[[redis.Redis, KeySchema], object]
@@ -56,9 +59,10 @@ TAMPERS: dict[str, Tamper] = {
 }
 
 
-def _sdk_calls(client: redis.Redis, keys: KeySchema) -> dict[str, Callable[[], Any]]:
-    active = ActiveLayer(client, keys)
-    return {
+def _sdk_calls(client: redis.Redis, keys: KeySchema, flavour: Flavour) -> dict[str, Callable[[], Any]]:
+    active = flavour.active(client, keys)
+    router = flavour.router(client, keys)
+    calls: dict[str, Callable[[], Any]] = {
         "create": lambda: active.create_partitions(10**6, 10**6 + 9, 10),
         "claim": lambda: active.claim("w2"),
         "heartbeat": lambda: active.heartbeat(2, "w"),
@@ -72,10 +76,27 @@ def _sdk_calls(client: redis.Redis, keys: KeySchema) -> dict[str, Callable[[], A
         "all_active": active.all_active,
         "iter_active": lambda: list(active.iter_active()),
         "is_completed": lambda: active.is_completed(1),
-        "router": lambda: QueryRouter(client, keys).get(1),
-        "stats": lambda: StatsReader(client, keys).stats(),
-        "archive": lambda: drain(ArchiverDaemon(client, Config(namespace=keys.namespace, block_ms=10), "m")),
+        "router": lambda: router.get(1),
+        "router, active": lambda: router.get(2001),
     }
+    if not flavour.is_async:
+        calls["stats"] = lambda: StatsReader(client, keys).stats()
+        calls["archive"] = lambda: drain(ArchiverDaemon(client, Config(namespace=keys.namespace, block_ms=10), "m"))
+    return calls
+
+
+def _outcomes(calls: dict[str, Callable[[], Any]]) -> dict[str, str]:
+    """Each call's outcome: ok, the typed error's class, or a defect (any other exception)."""
+    out = {}
+    for name, call in calls.items():
+        try:
+            call()
+            out[name] = "ok"
+        except PartArchiveError as exc:
+            out[name] = type(exc).__name__  # typed: what the SDK promises
+        except Exception as exc:
+            out[name] = f"defect {type(exc).__name__}: {exc}"
+    return out
 
 
 CLI = (
@@ -108,17 +129,26 @@ def test_no_traceback_and_no_http_500_whatever_was_tampered(
     real_redis: redis.Redis, namespace: str, engine_url: str, case: str, tmp_path: Path,
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    keys = KeySchema(namespace)
-    _seed(real_redis, namespace)
-    TAMPERS[case](real_redis, keys)
+    keys, twin = KeySchema(namespace), KeySchema(f"{namespace}a")  # the asyncio SDK's, tampered alike
     failures = []
-    for name, call in _sdk_calls(real_redis, keys).items():
+    try:
+        for each in (keys, twin):
+            _seed(real_redis, each.namespace)
+            TAMPERS[case](real_redis, each)
+        blocking = _outcomes(_sdk_calls(real_redis, keys, Flavour("sync")))
+        on_asyncio = Flavour("async")
         try:
-            call()
-        except PartArchiveError:
-            pass  # typed: what the SDK promises
-        except Exception as exc:  # anything else is a defect, gathered to report every one at once
-            failures.append(f"SDK {name}: {type(exc).__name__}: {exc}")
+            awaited = _outcomes(_sdk_calls(real_redis, twin, on_asyncio))
+        finally:
+            on_asyncio.close()
+    finally:
+        delete_namespace(real_redis, twin.namespace)
+    failures += [f"SDK {name}: {outcome}" for name, outcome in blocking.items() if outcome.startswith("defect")]
+    failures += [
+        f"asyncio SDK {name}: {outcome}, blocking SDK: {blocking[name]}"
+        for name, outcome in awaited.items()
+        if outcome != blocking[name]
+    ]
     monkeypatch.setenv("REDIS_URL", engine_url)
     monkeypatch.setenv("PARTARCHIVE_NAMESPACE", namespace)
     for argv in CLI:

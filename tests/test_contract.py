@@ -1,5 +1,7 @@
 """The contract of the queue, archive, tiers and statistics, run on fakeredis and on the real
-engine (the `any_redis` fixture): the same calls must give the same results on each."""
+engine (the `any_redis` fixture): the same calls must give the same results on each. Where a case
+goes through the worker SDK or the query router, it runs with the blocking and the asyncio ones
+(`flavour`)."""
 
 from __future__ import annotations
 
@@ -7,12 +9,13 @@ import redis
 
 from archiver import ArchiverDaemon, Config
 from archiver.daemon.loop import drain
-from archiver.router import QueryRouter, Source
+from archiver.router import Source
 from codec import ArchivedPartition
-from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy
+from layers import ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy
 from layers.queue import QueueEntry
 from stats import StatsChecker, StatsReader
 from stats.commit import CommitBuffer
+from tests.flavours import Flavour
 
 NOW = 1_763_900_000
 
@@ -24,8 +27,8 @@ def _parts(first: int, count: int) -> list[ArchivedPartition]:
     ]
 
 
-def _completed(client: redis.Redis, namespace: str, count: int) -> KeySchema:
-    sdk = ActiveLayer(client, namespace, clock=lambda: float(NOW))
+def _completed(client: redis.Redis, namespace: str, count: int, flavour: Flavour) -> KeySchema:
+    sdk = flavour.active(client, namespace, clock=lambda: float(NOW))
     sdk.create_partitions(1, count * 100, 100)
     for _ in range(count):
         part = sdk.claim("w")
@@ -34,8 +37,8 @@ def _completed(client: redis.Redis, namespace: str, count: int) -> KeySchema:
     return sdk.keys
 
 
-def test_queue_delivers_takes_over_and_dead_letters(any_redis: redis.Redis, namespace: str) -> None:
-    keys = _completed(any_redis, namespace, 6)
+def test_queue_delivers_takes_over_and_dead_letters(any_redis: redis.Redis, namespace: str, flavour: Flavour) -> None:
+    keys = _completed(any_redis, namespace, 6, flavour)
     queue = ArchiveQueue(any_redis, keys)
     queue.ensure_group()
     queue.ensure_group()  # idempotent
@@ -99,15 +102,17 @@ def test_dead_letter_entries_round_trip(any_redis: redis.Redis, namespace: str) 
     assert queue.purge_dead_letters() == 1 and queue.state().dead_letters == 0
 
 
-def test_the_archiver_moves_through_every_tier_and_answers_for_each(server_redis: redis.Redis, namespace: str) -> None:
-    sdk = ActiveLayer(server_redis, namespace)
+def test_the_archiver_moves_through_every_tier_and_answers_for_each(
+    server_redis: redis.Redis, namespace: str, flavour: Flavour
+) -> None:
+    sdk = flavour.active(server_redis, namespace)
     sdk.create_partitions(1, 900 * 10, 10)
     config = Config(
         namespace=namespace, block_ms=1, compressed_from=200, summary_above=600, batch_size=50,
         seal_idle_s=0, maintenance_interval_s=0, stats_flush_count=64,
     )  # fmt: skip
     daemon = ArchiverDaemon(server_redis, config, consumer="contract")
-    router = QueryRouter(server_redis, daemon.keys, policy=config.policy)
+    router = flavour.router(server_redis, daemon.keys, policy=config.policy)
     tiers = []
     for _ in range(9):  # 100 at a time, archiving as it goes
         for _ in range(100):

@@ -1,7 +1,7 @@
 """Tier transitions' contract on every engine (`any_redis`: fakeredis, the real engine, a local
 cluster): the move out of the simple hash goes in bounded steps, seals every batch once and keeps
 every partition readable; in the summary tier only batches past the retention expire, and the
-state reports both."""
+state reports both. The router's answers are checked blocking and on asyncio (`flavour`)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import time
 
 import redis
 
-from archiver.router import QueryRouter, Source
+from archiver.router import Source
 from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, Tier, TierPolicy, migrate_step
 from layers.transitions import sweep_expired, transition_state
+from tests.flavours import Flavour
 from tests.helpers import archive_now
 
 
@@ -27,7 +28,7 @@ def _archive(client: redis.Redis, namespace: str, policy: TierPolicy) -> Archive
 
 
 def test_the_move_out_of_the_simple_hash_is_stepwise_and_seals_each_batch_once(
-    any_redis: redis.Redis, namespace: str
+    any_redis: redis.Redis, namespace: str, flavour: Flavour
 ) -> None:
     now = int(time.time())
     parts = _parts(range(1, 1201), now)
@@ -49,11 +50,11 @@ def test_the_move_out_of_the_simple_hash_is_stepwise_and_seals_each_batch_once(
     assert stored == parts
     state = transition_state(archive)
     assert (state.simple_left, state.moved, state.move_eta_s) == (0, 1200, 0.0)
-    router = QueryRouter(any_redis, archive.keys, archive=archive)
+    router = flavour.router(any_redis, archive.keys, archive=archive)
     assert {router.get(pid).source for pid in (1, 600, 1200)} == {Source.BATCH}
 
 
-def test_only_batches_past_the_retention_expire(any_redis: redis.Redis, namespace: str) -> None:
+def test_only_batches_past_the_retention_expire(any_redis: redis.Redis, namespace: str, flavour: Flavour) -> None:
     now = int(time.time())
     policy = TierPolicy(compressed_from=0, summary_above=0, retention_s=3600, seal_idle_s=0)
     archive = _archive(any_redis, namespace, policy)
@@ -70,6 +71,6 @@ def test_only_batches_past_the_retention_expire(any_redis: redis.Redis, namespac
     assert sweep_expired(archive, now=now) == 0
     state = transition_state(archive, now=now)
     assert state.expired == 200 and state.expired_share == round(200 / 300, 6) and state.retention_s == 3600
-    router = QueryRouter(any_redis, archive.keys, archive=archive)
+    router = flavour.router(any_redis, archive.keys, archive=archive)
     assert router.get(150).source is Source.EXPIRED and router.get(350).source is Source.BATCH
     assert archive.indexed([150, 350]) == [True, True]  # the index stays: "ever completed"

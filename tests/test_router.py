@@ -1,4 +1,5 @@
-"""The query router v0: each layer that can answer, corrupt detail, not found, bad input."""
+"""The query router v0: each layer that can answer, corrupt detail, not found, bad input; blocking
+and on asyncio (`flavour`)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ from archiver import ArchiverDaemon, Config, QueryRouter, Source
 from archiver.daemon.loop import drain
 from codec import ValidationError
 from layers import ActiveLayer, KeySchema
+from tests.flavours import Flavour
 
 
 @pytest.fixture
-def world(any_redis: redis.Redis, namespace: str) -> tuple[ActiveLayer, QueryRouter, ArchiverDaemon]:
-    active = ActiveLayer(any_redis, namespace)
+def world(any_redis: redis.Redis, namespace: str, flavour: Flavour) -> tuple[ActiveLayer, QueryRouter, ArchiverDaemon]:
+    active = flavour.active(any_redis, namespace)
     daemon = ArchiverDaemon(any_redis, Config(namespace=namespace, block_ms=10), consumer="t")
-    return active, QueryRouter(any_redis, namespace), daemon
+    return active, flavour.router(any_redis, namespace), daemon
 
 
 def test_answers_from_each_layer(world: tuple[ActiveLayer, QueryRouter, ArchiverDaemon]) -> None:
@@ -65,23 +67,24 @@ def test_bad_ids_raise_validation_error(world: tuple[ActiveLayer, QueryRouter, A
 
 
 def test_a_lookup_is_one_round_trip_before_any_batch_size_is_stored(
-    real_redis: redis.Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
+    real_redis: redis.Redis, namespace: str, monkeypatch: pytest.MonkeyPatch, flavour: Flavour
 ) -> None:
     """A namespace no archiver has run on yet stores no batch size: the router uses its policy's
     without asking for the stored one separately on every lookup."""
     active = ActiveLayer(real_redis, namespace)
     active.create_partitions(1, 3000, 1000)
-    router = QueryRouter(real_redis, namespace)
+    router = flavour.router(real_redis, namespace)
     assert router.get(2).source is Source.ACTIVE
     assert not real_redis.hexists(KeySchema(namespace).archive_meta, "batch_size")
     sent: list[str] = []
-    send = real_redis.execute_command
+    client = flavour.async_client(real_redis) if flavour.is_async else real_redis
+    send = client.execute_command
 
     def counted(*args: object, **options: object) -> object:
         sent.append(str(args[0]))
-        return send(*args, **options)
+        return send(*args, **options)  # the coroutine, for the asyncio client to await
 
-    monkeypatch.setattr(real_redis, "execute_command", counted)
+    monkeypatch.setattr(client, "execute_command", counted)
     for pid in (1, 2, 3):
         assert router.get(pid).source is Source.ACTIVE
     assert sent == ["EVALSHA"] * 3

@@ -10,7 +10,7 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from archiver import ArchiverDaemon, Config, QueryRouter, Source
+from archiver import ArchiverDaemon, Config, Source
 from archiver.daemon.loop import drain
 from archiver.web import create_app
 from codec import ArchivedPartition
@@ -18,6 +18,7 @@ from layers import ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy, WrongKeyTy
 from layers.errors import CorruptMetadata
 from layers.liveness import Liveness
 from stats.commit import Committer, Pending
+from tests.flavours import Flavour
 from tests.helpers import complete_partitions, run_cli
 
 
@@ -180,14 +181,16 @@ def test_a_batch_size_or_range_width_other_than_stored_is_refused_at_start(
         assert done.stderr.endswith(f"set {next(iter(env))}={stored}\n")  # it says what to set instead
 
 
-def test_lookups_use_the_stored_batch_size_whatever_is_configured(real_redis: redis.Redis, namespace: str) -> None:
+def test_lookups_use_the_stored_batch_size_whatever_is_configured(
+    real_redis: redis.Redis, namespace: str, flavour: Flavour
+) -> None:
     keys = KeySchema(namespace)
     complete_partitions(real_redis, namespace, 120)
     daemon = _daemon(real_redis, namespace, batch_size=50, compressed_from=0, seal_idle_s=0)
     drain(daemon)
     daemon.maintain(force=True)
     assert daemon.archive.batch_blob(1) and not real_redis.exists(keys.staging(1))
-    router = QueryRouter(real_redis, namespace, policy=TierPolicy())  # configured with the default 100
+    router = flavour.router(real_redis, namespace, policy=TierPolicy())  # configured with the default 100
     answer = router.get(75)
     assert answer.source is Source.BATCH and answer.partition is not None and answer.partition.partition_id == 75
 

@@ -21,6 +21,7 @@ from layers.scripts import Scripts
 from layers.shelves import SlotWrite
 from stats import StatsChecker
 from tests.conftest import delete_namespace
+from tests.flavours import Flavour
 from tests.helpers import archive_now
 
 NOW = int(time.time())
@@ -162,13 +163,15 @@ def test_a_shelf_key_of_another_type_is_refused_untouched(real_redis: redis.Redi
     assert real_redis.lrange(layer.keys.shelf(0), 0, -1) == [b"x"]
 
 
-def test_a_damaged_shelf_is_reported_then_quarantined_and_rebuilt(real_redis: redis.Redis, namespace: str) -> None:
+def test_a_damaged_shelf_is_reported_then_quarantined_and_rebuilt(
+    real_redis: redis.Redis, namespace: str, flavour: Flavour
+) -> None:
     layer = layer_on(real_redis, namespace, compressed_from=0, seal_idle_s=0)
     archive_now(layer, [(f"0-{p.partition_id}", p) for p in parts(100, 100)])
     key = layer.keys.shelf(0)
     damaged = real_redis.get(key)[:-3]  # type: ignore[index]
     real_redis.set(key, damaged)
-    answer = QueryRouter(real_redis, namespace, policy=layer.policy).get(150)
+    answer = flavour.router(real_redis, namespace, policy=layer.policy).get(150)
     assert answer.degraded and "shelf 0 is corrupt" in answer.detail
     assert real_redis.get(key) == damaged  # a read never repairs
     late = parts(200, 1)
@@ -219,7 +222,9 @@ def test_the_sweep_leaves_a_batch_sealed_again_since_it_read_it(real_redis: redi
     assert real_redis.zscore(layer.keys.expiry, "1") == NOW  # waits for its new newest completion
 
 
-def test_a_namespace_from_before_shelves_is_moved_into_shelves_once(real_redis: redis.Redis, namespace: str) -> None:
+def test_a_namespace_from_before_shelves_is_moved_into_shelves_once(
+    real_redis: redis.Redis, namespace: str, flavour: Flavour
+) -> None:
     """Batch keys as the version before shelves left them (one damaged) are moved by the
     maintenance walk; lookups answer throughout and the walk is done once."""
     layer = layer_on(real_redis, namespace, compressed_from=0, seal_idle_s=0)
@@ -231,7 +236,7 @@ def test_a_namespace_from_before_shelves_is_moved_into_shelves_once(real_redis: 
     for p in records:
         real_redis.setbit(layer.keys.index, p.partition_id, 1)
     real_redis.hset(layer.keys.archive_meta, mapping={"total": 399, "max_pid": 499, "batch_size": 100})
-    router = QueryRouter(real_redis, namespace, policy=layer.policy)
+    router = flavour.router(real_redis, namespace, policy=layer.policy)
     assert all(router.get(pid).source is Source.BATCH for pid in (1, 150, 399))
     steps = 0
     while migrate_step(layer):
@@ -246,7 +251,9 @@ def test_a_namespace_from_before_shelves_is_moved_into_shelves_once(real_redis: 
     assert migrate_step(layer) == 0
 
 
-def test_the_lookup_script_answers_as_the_pipeline_does(real_redis: redis.Redis, namespace: str) -> None:
+def test_the_lookup_script_answers_as_the_pipeline_does(
+    real_redis: redis.Redis, namespace: str, flavour: Flavour
+) -> None:
     """`lookup.lua` (a single server) and the pipeline (Redis Cluster) read the same things: each
     kind of answer, a batch from before shelves, a damaged slot and a damaged shelf agree."""
     layer = layer_on(real_redis, namespace, compressed_from=0, summary_above=0, retention_s=600, seal_idle_s=0)
@@ -258,7 +265,7 @@ def test_the_lookup_script_answers_as_the_pipeline_does(real_redis: redis.Redis,
     blob = bytearray(layer.batch_blob(2))  # type: ignore[arg-type]
     blob[30] ^= 1
     layer.shelves.write([SlotWrite(2, layer.batch_blob(2), bytes(blob))])
-    scripted, piped = (QueryRouter(real_redis, namespace, policy=layer.policy) for _ in range(2))
+    scripted, piped = (flavour.router(real_redis, namespace, policy=layer.policy) for _ in range(2))
     piped._scripted = False
     asked = [1, 150, 250, 350, 452, 499, 6450, 10**6]
 

@@ -15,6 +15,7 @@ from codec.shelf import SHELF_SLOTS, pack_shelf, shelved, unpack_shelf
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, Tier, TierPolicy, migrate_step
 from layers.shelves import StoredBatch
 from tests.conftest import delete_namespace
+from tests.flavours import Flavour
 from tests.helpers import archive_now, complete_partitions
 
 NOW = int(time.time())
@@ -195,18 +196,19 @@ def test_compressed_to_summary_indexes_existing_batches_for_expiry(real_redis: r
     assert migrate_step(layer, now=NOW + 3599) == 0 and migrate_step(layer, now=NOW + 3601) == 399
 
 
-def test_corrupt_batch_blob_degrades_and_is_counted(real_redis: redis.Redis, namespace: str) -> None:
+def test_corrupt_batch_blob_degrades_and_is_counted(real_redis: redis.Redis, namespace: str, flavour: Flavour) -> None:
     layer = archive_layer(real_redis, namespace, compressed_from=0)
     store(layer, parts(100, 100))
     blob = bytearray(layer.batch_blob(1))  # type: ignore[arg-type]
     blob[20] ^= 0x10
     put_slot(real_redis, layer, 1, bytes(blob))
-    q = router(real_redis, namespace, layer)
+    q = flavour.router(real_redis, namespace, policy=layer.policy)
     answer = q.get(150)
     assert answer.degraded and answer.source is Source.EXPIRED and "cannot be decoded" in answer.detail
     assert q.decode_failures == 1
-    with_summary = QueryRouter(real_redis, namespace, policy=layer.policy, summary_lookup=lambda pid: {"range": 0})
-    assert with_summary.get(150).source is Source.STATISTICS
+    with_summary = flavour.router(real_redis, namespace, policy=layer.policy, summary_lookup=lambda pid: {"range": 0})
+    answer = with_summary.get(150)
+    assert answer.source is Source.STATISTICS and answer.summary == {"range": 0}
 
 
 def test_batch_size_cannot_change_under_a_namespace(real_redis: redis.Redis, namespace: str) -> None:

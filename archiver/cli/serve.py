@@ -7,6 +7,7 @@ import argparse
 from archiver.cli.args import CliError, check_port
 from archiver.cli.target import open_namespace
 from archiver.config import Config
+from archiver.engine import async_client_for
 
 
 def command(args: argparse.Namespace, config: Config) -> int:
@@ -23,6 +24,6 @@ def command(args: argparse.Namespace, config: Config) -> int:
     check_port(args.port)
     configure_logging(args.log_level)
     ns = open_namespace(config, existing=False)
-    app = create_app(ns.redis, ns.config)
+    app = create_app(ns.redis, ns.config, async_client=lambda: async_client_for(ns.config))
     uvicorn.run(app, host=args.host, port=args.port, log_config=stdlib_log_config(args.log_level), access_log=False)
     return 0

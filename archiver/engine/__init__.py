@@ -1,6 +1,27 @@
 """Engines: a client for the Redis a URL names, a private embedded valkey-server, a local cluster."""
 
-from archiver.engine.connect import Engine, EngineError, client_for, connect, redact_text, redact_url
+from archiver.engine.connect import (
+    Engine,
+    EngineError,
+    async_client_for,
+    async_connect,
+    async_twin,
+    client_for,
+    connect,
+    redact_text,
+    redact_url,
+)
 from archiver.engine.embedded import open_engine
 
-__all__ = ["Engine", "EngineError", "client_for", "connect", "open_engine", "redact_text", "redact_url"]
+__all__ = [
+    "Engine",
+    "EngineError",
+    "async_client_for",
+    "async_connect",
+    "async_twin",
+    "client_for",
+    "connect",
+    "open_engine",
+    "redact_text",
+    "redact_url",
+]

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
+import redis.asyncio
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
@@ -14,6 +18,7 @@ from redis.retry import Retry
 from archiver.config import DEFAULT_REDIS_URL, Config
 from codec.errors import PartArchiveError
 from layers.slot_moves import follow_ask_to_new_masters
+from layers.steps import AsyncClient
 
 
 class EngineError(PartArchiveError):
@@ -78,6 +83,60 @@ def connect(url: str, *, cluster: bool = False, password: str | None = None) -> 
     return client
 
 
+def async_connect(url: str, *, cluster: bool = False, password: str | None = None) -> AsyncClient:
+    """The asyncio client `connect` gives for ``url``, with the same settings; it connects on first
+    use, in the event loop that uses it (so nothing is sent here)."""
+    try:
+        if cluster:
+            retry = AsyncRetry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=10)
+            return redis.asyncio.RedisCluster.from_url(
+                url, socket_connect_timeout=5, socket_timeout=10, retry=retry, password=password
+            )
+        return redis.asyncio.Redis.from_url(url, socket_connect_timeout=5, health_check_interval=30, password=password)
+    except ValueError as exc:
+        raise EngineError(f"invalid Redis URL {redact_url(url)!r}: {_redacted(str(exc), url, password)}") from None
+
+
+#: Connection settings that do not carry over to an asyncio client: objects of the synchronous
+#: client (its retry policy, connect hook, event dispatcher, maintenance handlers).
+_NOT_PORTABLE = {"retry", "redis_connect_func", "event_dispatcher", "connection_pool"}
+
+
+def async_twin(client: redis.Redis) -> AsyncClient:
+    """An asyncio client of the server or cluster that ``client`` talks to, with its settings
+    (address, database, credentials, TLS, timeouts, decoding, protocol). For a caller that holds
+    a blocking client only (`archiver.web.create_app`); a Sentinel's client is not rebuilt:
+    pass a ``master_for`` client of `redis.asyncio.sentinel` instead."""
+    if isinstance(client, redis.RedisCluster):
+        node = client.get_default_node()
+        kwargs = _accepted(redis.asyncio.RedisCluster, client.nodes_manager.connection_kwargs)
+        retry = AsyncRetry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=10)
+        return redis.asyncio.RedisCluster(host=node.host, port=node.port, retry=retry, **kwargs)
+    pool = client.connection_pool
+    twins = {
+        redis.Connection: redis.asyncio.Connection,
+        redis.SSLConnection: redis.asyncio.SSLConnection,
+        redis.UnixDomainSocketConnection: redis.asyncio.UnixDomainSocketConnection,
+    }
+    connection_class = twins.get(pool.connection_class)
+    if connection_class is None:
+        raise ValueError(f"no asyncio twin for a client with {pool.connection_class.__name__} connections")
+    kwargs = _accepted(connection_class, pool.connection_kwargs)
+    twin_pool = redis.asyncio.ConnectionPool(connection_class=connection_class, **kwargs)
+    return redis.asyncio.Redis(connection_pool=twin_pool)
+
+
+def _accepted(target: type, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The settings in ``kwargs`` that ``target`` (or a base class it hands them to) takes by name."""
+    names = {
+        name
+        for cls in target.__mro__
+        if "__init__" in vars(cls)
+        for name in inspect.signature(vars(cls)["__init__"]).parameters
+    }
+    return {k: v for k, v in kwargs.items() if k in names and k not in _NOT_PORTABLE}
+
+
 def _redacted(message: str, url: str, password: str | None = None) -> str:
     try:
         in_url = urlsplit(url).password
@@ -96,3 +155,13 @@ def client_for(config: Config) -> redis.Redis:
 
         return connect_sentinel(config)
     return connect(config.redis_url or DEFAULT_REDIS_URL, cluster=config.cluster, password=config.redis_password)
+
+
+def async_client_for(config: Config) -> AsyncClient:
+    """`client_for` on asyncio (not connected yet: see `async_connect`): through the sentinels with
+    ``sentinel``."""
+    if config.sentinel:
+        from archiver.engine.sentinel import async_sentinel_client
+
+        return async_sentinel_client(config)
+    return async_connect(config.redis_url or DEFAULT_REDIS_URL, cluster=config.cluster, password=config.redis_password)

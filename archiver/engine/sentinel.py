@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import redis
+import redis.asyncio
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.exceptions import AuthenticationError, AuthorizationError
 from redis.retry import Retry
@@ -123,6 +124,26 @@ def sentinel_client(
         master, password=password, retry=FailoverRetry(retry_s), connection_class=FollowingConnection,
         **(options | kwargs),
     )  # fmt: skip
+    return client
+
+
+def async_sentinel_client(config: Config) -> redis.asyncio.Redis:
+    """The configured Sentinel master's client on asyncio (`redis.asyncio.sentinel`; not connected
+    yet): it asks the sentinels for the primary when it connects, and again after a failover."""
+    from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+
+    assert config.sentinel_master is not None
+    manager = AsyncSentinel(  # type: ignore[no-untyped-call]
+        config.sentinels,
+        sentinel_kwargs={
+            "password": config.sentinel_password,
+            "socket_connect_timeout": PROBE_TIMEOUT_S,
+            "socket_timeout": PROBE_TIMEOUT_S,
+        },
+    )
+    client: redis.asyncio.Redis = manager.master_for(
+        config.sentinel_master, password=config.redis_password, socket_connect_timeout=5, socket_timeout=10
+    )
     return client
 
 

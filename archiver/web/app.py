@@ -2,43 +2,42 @@
 ``/redoc``, and the dashboard (``/``, its assets under ``/static``, its data at
 ``/dashboard/overview``).
 
-Every error is a JSON body ``{"error": ..., "detail": ...}`` with a 4xx/5xx status; no
-stack trace ever leaves the process.
+Partition lookups await the asyncio router on the event loop (`archiver.web.lookup`); the other
+routes are plain functions, which FastAPI runs in its thread pool. Every error is a JSON body
+``{"error": ..., "detail": ...}`` with a 4xx/5xx status (`archiver.web.errors`); no stack trace
+ever leaves the process.
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path as FilePath
 from typing import Annotated, Any, Literal
 
 import redis
-import structlog
-from fastapi import FastAPI, Path, Query, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import FastAPI, Path, Query
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from pydantic import BaseModel
-from redis.exceptions import RedisClusterException
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from archiver.config import Config
+from archiver.engine import async_twin
 from archiver.metrics import register_state_collector
 from archiver.namespace import Namespace
-from archiver.router import QueryRouter
+from archiver.router_async import AsyncQueryRouter
 from archiver.version import installed_version
 from archiver.web.docs import add_offline_redoc
-from archiver.web.lookup import PartitionLookupPath, answer_body
+from archiver.web.errors import ErrorResponses, error_response
+from archiver.web.lookup import LoopRouters, PartitionLookupPath, answer_body
 from archiver.web.overview import NamespaceList, collect_overview
-from codec import PartArchiveError, ValidationError
-from layers import MAX_PARTITION_ID
-from layers.meta import is_wrong_type, wrong_type_error
-
-log = structlog.get_logger("partarchive.api")
+from codec import PartArchiveError
+from layers import MAX_PARTITION_ID, WrongKeyType
+from layers.meta import wrong_type_error_steps
+from layers.steps import AsyncClient, AsyncIO
 
 MAX_API_ID = 2**53
 STATIC = FilePath(__file__).parent / "static"
@@ -94,26 +93,35 @@ format) is returned with Go's members: RFC 3339 times with their zone and nanose
 PartitionId = Annotated[int, Path(ge=0, le=MAX_API_ID, description="partition id, 0 .. 2^53")]
 
 
-def _error(status: int, error: str, detail: Any = None, headers: Mapping[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": error, "detail": detail}, headers=dict(headers or {}))
-
-
-def create_app(client: redis.Redis, config: Config) -> FastAPI:
+def create_app(
+    client: redis.Redis, config: Config, *, async_client: Callable[[], AsyncClient] | None = None
+) -> FastAPI:
+    """The app on ``client``; partition lookups go through an asyncio client of the same server,
+    made by ``async_client`` (by default the twin of ``client``, `archiver.engine.async_twin`)
+    once per event loop."""
     ns = Namespace(client, config)
     keys = ns.keys
     reader = ns.stats_reader
-    router = QueryRouter(client, keys, archive=ns.archive, summary_lookup=reader.range_summary)
     active = ns.active
+    make_client = async_client or (lambda: async_twin(client))
+    routers = LoopRouters(lambda: AsyncQueryRouter(make_client(), keys, policy=ns.archive.policy))
+
+    async def name_wrong_type() -> WrongKeyType:
+        return await AsyncIO(routers().redis).run(wrong_type_error_steps(keys))
+
+    errors = ErrorResponses(name_wrong_type)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         collector = register_state_collector(ns.archive)
+        routers()  # this loop's router, built now: its series are exported before the first lookup
         gc.collect()
         gc.freeze()  # the start-up's objects (FastAPI, pydantic, routes) stay out of every later collection
         try:
             yield
         finally:
             REGISTRY.unregister(collector)
+            await routers.aclose()
 
     app: FastAPI = FastAPIOffline(
         title="partarchive query router",
@@ -125,50 +133,16 @@ def create_app(client: redis.Redis, config: Config) -> FastAPI:
     )
     add_offline_redoc(app, favicon_url="/static/docs/favicon.png")
     app.mount("/static/dashboard", StaticFiles(directory=STATIC), name="dashboard")
-    app.add_middleware(PartitionLookupPath, router=router)
+    app.add_middleware(PartitionLookupPath, routers=routers, errors=errors)
+    errors.install(app)
     namespaces = NamespaceList(ns)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return _error(exc.status_code, str(exc.detail).lower(), None, exc.headers)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in exc.errors()]
-        return _error(422, "invalid request", detail)
-
-    @app.exception_handler(ValidationError)
-    async def bad_value(_request: Request, exc: ValidationError) -> JSONResponse:
-        return _error(422, "invalid request", str(exc))
-
-    @app.exception_handler(PartArchiveError)
-    async def damaged(_request: Request, exc: PartArchiveError) -> JSONResponse:
-        log.warning("namespace data is damaged", error=str(exc))
-        return _error(409, "stored data is not what partarchive wrote", str(exc))
-
-    @app.exception_handler(redis.RedisError)
-    async def redis_down(request: Request, exc: redis.RedisError) -> JSONResponse:
-        if is_wrong_type(exc):
-            return await damaged(request, wrong_type_error(client, keys))
-        log.warning("redis error", error=str(exc))
-        return _error(503, "redis unavailable", type(exc).__name__)
-
-    @app.exception_handler(RedisClusterException)
-    async def cluster_down(_request: Request, exc: RedisClusterException) -> JSONResponse:
-        log.warning("redis cluster error", error=str(exc))
-        return _error(503, "redis cluster unavailable", type(exc).__name__)
-
-    @app.exception_handler(Exception)
-    async def internal(_request: Request, exc: Exception) -> JSONResponse:
-        log.error("unhandled error", error=repr(exc))
-        return _error(500, "internal error")
 
     @app.get(
         "/partitions/{partition_id}",
         response_model=AnswerBody,
         responses={404: {"model": AnswerBody, "description": "no such partition"}, **ERRORS},
     )
-    def get_partition(partition_id: PartitionId) -> Any:
+    async def get_partition(partition_id: PartitionId) -> Any:
         """Where the partition is: its record and the layer that answered."""
         if not 1 <= partition_id <= MAX_PARTITION_ID:
             return JSONResponse(
@@ -184,7 +158,7 @@ def create_app(client: redis.Redis, config: Config) -> FastAPI:
                     "summary": None,
                 },
             )
-        status, body = answer_body(router.get(partition_id))
+        status, body = answer_body(await routers().get(partition_id))
         return Response(body, status, media_type="application/json")
 
     @app.get("/partitions/{partition_id}/completed", response_model=CompletedBody, responses=ERRORS)
@@ -238,7 +212,7 @@ def create_app(client: redis.Redis, config: Config) -> FastAPI:
         if not ns.liveness.archivers():
             backlog = int(client.xlen(keys.queue))  # type: ignore[arg-type]
             if backlog:
-                return _error(503, "no live archiver while the queue grows", {"queue_length": backlog})
+                return error_response(503, "no live archiver while the queue grows", {"queue_length": backlog})
         return {"status": "ready"}
 
     @app.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})

@@ -4,19 +4,27 @@ The lookup is the API's hot request, and most of its time over HTTP went to the 
 than to the router: a thread pool hop, eight middleware layers, routing, dependency solving and
 response-model validation. `PartitionLookupPath` answers a well-formed lookup as soon as the
 request arrives, with the same status and bytes as the FastAPI route, which stays the documented
-contract and answers everything else: ids out of range, malformed paths, and any lookup that
-raises (the route runs it again and its exception handlers give the JSON error).
+contract and answers everything else (ids out of range, malformed paths).
+
+Both await the asyncio router (`AsyncQueryRouter`): while one lookup waits for Redis the event
+loop serves other requests. Each request is looked up once: when the lookup raises, the short
+path answers with the app's own error mapping (`archiver.web.errors`) instead of handing the
+request on to the route, which would look it up again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
+from collections.abc import Callable
 from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from archiver.output import json_bytes
-from archiver.router import Answer, QueryRouter
+from archiver.router import Answer
+from archiver.router_async import AsyncQueryRouter
+from archiver.web.errors import ANSWERED, ErrorResponses
 from layers import MAX_PARTITION_ID
 
 _LOOKUP = re.compile(r"/partitions/([0-9]{1,10})")
@@ -28,24 +36,48 @@ def answer_body(answer: Answer) -> tuple[int, bytes]:
     return (200 if answer.found else 404), json_bytes(answer.to_dict())
 
 
+class LoopRouters:
+    """The app's `AsyncQueryRouter` for the running event loop, built on first use in it: an asyncio
+    client's connections belong to the loop that opened them (a server runs one loop; a test
+    client starts one per session)."""
+
+    def __init__(self, make: Callable[[], AsyncQueryRouter]) -> None:
+        self._make = make
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._router: AsyncQueryRouter | None = None
+
+    def __call__(self) -> AsyncQueryRouter:
+        loop = asyncio.get_running_loop()
+        if self._router is None or loop is not self._loop:
+            self._router, self._loop = self._make(), loop
+        return self._router
+
+    async def aclose(self) -> None:
+        """Close the client of the running loop's router (at the app's shutdown)."""
+        if self._router is not None and self._loop is asyncio.get_running_loop():
+            await self._router.redis.aclose()
+            self._router = self._loop = None
+
+
 class PartitionLookupPath:
     """ASGI middleware: well-formed ``GET /partitions/{id}`` answered from the router directly."""
 
-    def __init__(self, app: ASGIApp, router: QueryRouter) -> None:
+    def __init__(self, app: ASGIApp, routers: LoopRouters, errors: ErrorResponses) -> None:
         self.app = app
-        self.router = router
+        self.routers = routers
+        self.errors = errors
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "GET":
             match = _LOOKUP.fullmatch(scope["path"])
             if match and 1 <= int(match[1]) <= MAX_PARTITION_ID:
                 try:
-                    status, body = answer_body(self.router.get(int(match[1])))
-                except Exception:  # the route answers it again, with its error handlers
-                    pass
-                else:
-                    await _respond(send, status, body)
-                    return
+                    status, body = answer_body(await self.routers().get(int(match[1])))
+                except ANSWERED as exc:
+                    await (await self.errors.response(exc))(scope, receive, send)
+                    return  # anything else is a defect: raised to the server's error handling (500)
+                await _respond(send, status, body)
+                return
         await self.app(scope, receive, send)
 
 

@@ -1,0 +1,330 @@
+"""The worker SDK's operations over the ``elk_partitions`` hash, as steps (`layers.steps`).
+
+`layers.active.ActiveLayer` runs them blocking, `layers.active_async.AsyncActiveLayer` awaits
+them on a `redis.asyncio` client: both check the same arguments, send the same scripts and
+commands, read the replies alike and raise the same typed errors.
+
+Every state change is one Lua script, so the record, the pending/lease/failed indexes
+and the per-status counts change together. Each change bumps ``version``; callers may
+pass ``expected_version`` to make an update conditional (optimistic concurrency).
+
+Records are written in the namespace's record format: ``native`` (integer times, a claim
+time) or ``elk`` (elk_coordinator's PartitionInfo, so Go workers can read them). Every script
+reads both, so a namespace bound to a Go deployment (`KeySchema.elk_prefix`) shares its active
+hash with Go workers: each side can claim, heartbeat, fail, retry and complete partitions the
+other created. Go workers do not keep our pending/lease/failed indexes, so in a bound
+namespace a claim first rebuilds them from the hash (`sync`, at most once a second).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import redis
+
+from codec import ACTIVE_STATUSES, ArchivedPartition, DecodeError, PartitionInfo, ValidationError
+from codec.elk import decode_elk, parse_active
+from codec.gojson import GoTime, go_json, go_string
+from codec.validate import (
+    MAX_ERROR_BYTES,
+    MAX_INT64,
+    MAX_PARTITION_ID,
+    MIN_INT64,
+    check_int,
+    check_seconds,
+    check_text,
+    check_worker_id,
+)
+from layers.active_reads import ActiveReads, check_partition_id, typed
+from layers.errors import (
+    InvalidTransition,
+    NotOwner,
+    OutOfMemory,
+    PartitionNotFound,
+    VersionConflict,
+)
+from layers.keys import KeySchema
+from layers.metrics import LatencyBuffer, latency_argument, sdk_complete_seconds
+from layers.replies import as_text, script_error
+from layers.steps import Batch, Call, Script, Steps, one
+
+MAX_PARTITIONS_PER_CALL = 1_000_000
+RECORD_FORMATS = ("native", "elk")
+_SYNC_EVERY_S = 1.0
+
+#: Unix seconds, as a float: a plain function, or a coroutine function for the asyncio SDK.
+Clock = Callable[[], float] | Callable[[], Awaitable[float]]
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """The outcome of `ActiveLayer.complete`."""
+
+    partition_id: int
+    already_completed: bool
+    archived: ArchivedPartition | None = None
+    entry_id: str | None = None
+    held: bool = False  # archival paused (`layers.archival`): kept in the active hash, queued on resume
+
+
+class ActiveCore(ActiveReads):
+    """The state and the steps of the worker SDK (no client: the flavours bring the I/O)."""
+
+    def __init__(self, keys: KeySchema, clock: Clock, *, lease_timeout: float, record_format: str | None) -> None:
+        self.keys = keys
+        if record_format is None:
+            record_format = "native" if self.keys.elk_prefix is None else "elk"
+        if record_format not in RECORD_FORMATS:
+            raise ValidationError(f"record_format must be native or elk, got {record_format!r}")
+        self.record_format = record_format
+        self.lease_timeout = check_seconds("lease_timeout", lease_timeout)
+        self._clock = clock  # leases compare times of several hosts: the server's clock by default
+        self._next_sync = 0.0
+        self.skipped_records = 0
+        self._latencies = LatencyBuffer()  # handed to Redis with the next completion
+        self._complete_seconds: Any = None
+
+    def _now(self) -> Steps[float]:
+        return float((yield Call(self._clock)))
+
+    def _clock_args(self) -> Steps[tuple[int, int, str]]:
+        """Now as unix ms, unix seconds, and RFC 3339 JSON text (UTC, the precision of the clock)."""
+        now = yield from self._now()
+        seconds = int(now)
+        return int(now * 1000), seconds, f'"{GoTime(seconds, int((now - seconds) * 1e9) // 1000 * 1000).format()}"'
+
+    def _run(self, script: str, keys: list[str], args: list[Any]) -> Steps[Any]:
+        """Run a script of this layer; its typed error replies become exceptions here."""
+        try:
+            reply = yield Script(script, keys, args)
+        except redis.exceptions.OutOfMemoryError:  # refused at the script's first write: nothing written
+            raise OutOfMemory(f"redis is at maxmemory and refuses writes; nothing was changed ({script})") from None
+        refused = script_error(reply)
+        if refused is not None and refused.code == "corrupt":
+            raise DecodeError(f"the stored record of partition {refused.detail or '?'} is corrupt")
+        return reply
+
+    # leader side
+
+    def _create_partitions(
+        self, first_id: int, last_id: int, size: int, options: dict[str, Any] | None = None
+    ) -> Steps[range]:
+        """Split ``first_id..last_id`` (signed 64-bit) into partitions of ``size`` IDs; returns their pids.
+
+        One script per call, all or nothing: it checks the id range and every new field before
+        it writes, and two leaders creating at once each get one contiguous run of pids.
+        """
+        check_int("first_id", first_id, MIN_INT64, MAX_INT64)
+        check_int("last_id", last_id, MIN_INT64, MAX_INT64)
+        check_int("size", size, 1, MAX_INT64 - MIN_INT64 + 1)
+        if last_id < first_id:
+            raise ValidationError(f"inverted range: first_id {first_id} > last_id {last_id}")
+        count = (last_id - first_id) // size + 1
+        if count > MAX_PARTITIONS_PER_CALL:
+            raise ValidationError(
+                f"{count} partitions in one call; the limit is {MAX_PARTITIONS_PER_CALL:,} "
+                "(each call is one atomic step)"
+            )
+        options_json = self._options_json(options)
+        _, now_s, now_elk = yield from self._clock_args()
+        now = now_elk if self.record_format == "elk" else str(now_s)
+        bounds = ",".join(f"{lo},{min(last_id, lo + size - 1)}" for lo in range(first_id, last_id + 1, size))
+        k = self.keys
+        got = yield from self._run(
+            "create",
+            [k.active, k.pending, k.counts, k.meta, *k.go_stats],
+            [self.record_format, now, options_json, MAX_PARTITION_ID, bounds],
+        )
+        refused = script_error(got)
+        if refused is not None:
+            if refused.code == "pid_range":
+                raise ValidationError(f"partition ids would reach {refused.detail}, past 2^32 - 1")
+            raise ValidationError(f"partition {refused.detail} already exists; is the id counter behind?")
+        return range(int(got[1]), int(got[2]) + 1)
+
+    def _options_json(self, options: dict[str, Any] | None) -> str:
+        if options is None or options == {}:
+            return ""
+        if not isinstance(options, dict):
+            raise ValidationError("options must be a dict")
+        try:
+            text = go_json(options) if self.record_format == "elk" else orjson.dumps(options).decode()
+        except (TypeError, ValidationError) as exc:
+            raise ValidationError(f"options are not JSON-serialisable: {exc}") from None
+        if len(text) > 16384:
+            raise ValidationError("options are larger than 16 KiB")
+        return text
+
+    # worker side
+
+    def _claim(self, worker_id: str) -> Steps[PartitionInfo | None]:
+        """Take the lowest pending partition, or one whose holder stopped heartbeating."""
+        check_worker_id(worker_id)
+        if self.keys.elk_prefix is not None and (yield from self._now()) >= self._next_sync:
+            yield from self._sync()
+        k = self.keys
+        now_ms, now_s, now_elk = yield from self._clock_args()
+        got = yield from self._run(
+            "claim",
+            [k.active, k.pending, k.leases, k.counts, *k.go_stats],
+            [worker_id, go_string(worker_id), now_ms, int(self.lease_timeout * 1000), now_s, now_elk],
+        )
+        if as_text(got[0]) == "none":
+            return None
+        return parse_active(got[1])
+
+    @typed
+    def _sync(self) -> Steps[dict[str, int]]:
+        """Rebuild the pending/lease/failed indexes and the counts from the active hash.
+
+        Needed where other writers (elk_coordinator's Go workers) change the hash without
+        them. Records are read with HSCAN; an index entry added for a record that moved on in
+        the meantime is dropped by the next script that meets it. Returns the counts.
+        """
+        k = self.keys
+        pending: dict[str, int] = {}
+        failed: dict[str, int] = {}
+        leases: dict[str, int] = {}
+        counts: Counter[str] = Counter()
+        cursor = 0
+        while True:
+            cursor, page = yield one().hscan(k.active, cursor, count=1000)
+            for field, raw in page.items():
+                try:
+                    part = parse_active(raw)
+                except (DecodeError, ValidationError):
+                    continue
+                pid = as_text(field)
+                counts[part.status.value] += 1
+                if part.status.value == "pending":
+                    pending[pid] = part.partition_id
+                elif part.status.value == "failed":
+                    failed[pid] = part.partition_id
+                else:
+                    leases[pid] = _heartbeat_ms(raw, part)
+            if not int(cursor):
+                break
+        batch = Batch(transaction=True)
+        batch.delete(k.pending, k.failed, k.counts)
+        for zset, members in ((k.pending, pending), (k.failed, failed), (k.leases, leases)):
+            if members:
+                batch.zadd(zset, members)  # type: ignore[arg-type,misc]
+        batch.hset(k.counts, mapping={s.value: counts.get(s.value, 0) for s in ACTIVE_STATUSES})
+        yield batch
+        self._next_sync = (yield from self._now()) + _SYNC_EVERY_S
+        return {s.value: counts.get(s.value, 0) for s in ACTIVE_STATUSES}
+
+    def _start(self, pid: int, worker_id: str, *, expected_version: int | None = None) -> Steps[PartitionInfo]:
+        return self._update("start", pid, worker_id, expected_version)
+
+    def _heartbeat(self, pid: int, worker_id: str, *, expected_version: int | None = None) -> Steps[PartitionInfo]:
+        return self._update("heartbeat", pid, worker_id, expected_version)
+
+    def _fail(
+        self, pid: int, worker_id: str, error: str, *, expected_version: int | None = None
+    ) -> Steps[PartitionInfo]:
+        check_text("error", error, MAX_ERROR_BYTES, allow_empty=True, multiline=True)
+        return self._update("fail", pid, worker_id, expected_version, error)
+
+    def _update(
+        self, op: str, pid: int, worker_id: str, expected_version: int | None, error: str = ""
+    ) -> Steps[PartitionInfo]:
+        check_partition_id(pid)
+        check_worker_id(worker_id)
+        k = self.keys
+        now_ms, now_s, now_elk = yield from self._clock_args()
+        got = yield from self._run(
+            "update",
+            [k.active, k.leases, k.failed, k.counts, *k.go_stats],
+            [op, pid, worker_id, _version_arg(expected_version), now_ms, now_s, now_elk, go_string(error)],
+        )
+        _raise_for(got, pid, op)
+        return parse_active(got[1])
+
+    def _complete(self, pid: int, worker_id: str, *, expected_version: int | None = None) -> Steps[Completion]:
+        """Remove the partition from the active layer and queue it for the archiver, atomically."""
+        check_partition_id(pid)
+        check_worker_id(worker_id)
+        k = self.keys
+        now_ms, _, now_elk = yield from self._clock_args()
+        latencies = self._latencies.take()
+        started = time.perf_counter()
+        try:
+            got = yield from self._run(
+                "complete",
+                [*k.complete_keys, *k.go_stats],
+                [pid, worker_id, _version_arg(expected_version), now_ms, now_elk, latency_argument(latencies)],
+            )
+        except BaseException:
+            self._latencies.give_back(latencies)
+            raise
+        elapsed = time.perf_counter() - started
+        if self._complete_seconds is None:  # created on the first completion: importing registers nothing
+            self._complete_seconds = sdk_complete_seconds().labels(namespace=k.namespace)
+        self._complete_seconds.observe(elapsed)
+        self._latencies.observe(elapsed)
+        if as_text(got[0]) not in ("ok", "held"):
+            self._latencies.give_back(latencies)  # the script adds them only when it completes
+        if as_text(got[0]) == "already":
+            return Completion(pid, already_completed=True)
+        if as_text(got[0]) == "held":  # archival is paused: kept in the active hash, status completed
+            return Completion(pid, False, held=True)
+        _raise_for(got, pid, "complete")
+        payload = got[1]
+        archived = (
+            ArchivedPartition.from_json(payload) if b'"completed_at"' in payload else decode_elk(payload).to_archived()
+        )
+        return Completion(pid, False, archived, as_text(got[2]))
+
+    def _retry_failed(self, limit: int | None = None) -> Steps[int]:
+        """Move failed partitions back to pending; returns how many moved."""
+        if limit is not None:
+            check_int("limit", limit, 1, 2**31)
+        k = self.keys
+        if k.elk_prefix is not None:
+            yield from self._sync()
+        moved = 0
+        while limit is None or moved < limit:
+            step = 1000 if limit is None else min(1000, limit - moved)
+            _, now_s, now_elk = yield from self._clock_args()
+            keys = [k.active, k.failed, k.pending, k.counts, *k.go_stats]
+            got = yield from self._run("retry_failed", keys, [now_s, now_elk, step])
+            n, looked = int(got[0]), int(got[1])
+            moved += n
+            if looked < step or n == 0:
+                break
+        return moved
+
+
+def _heartbeat_ms(raw: bytes, part: PartitionInfo) -> int:
+    """A leased record's last heartbeat in unix ms (Go records keep sub-second precision)."""
+    if b'"claimed_at"' in raw:
+        return part.last_heartbeat * 1000
+    return decode_elk(raw).last_heartbeat.unix_ms
+
+
+def _version_arg(expected: int | None) -> str:
+    if expected is None:
+        return ""
+    return str(check_int("expected_version", expected, 0, 2**53))
+
+
+def _raise_for(reply: list[Any], pid: int, op: str) -> None:
+    refused = script_error(reply)
+    if refused is None:
+        return
+    code, detail = refused
+    if code == "corrupt":
+        raise DecodeError(f"the stored record of partition {pid} is corrupt")
+    if code == "not_found":
+        raise PartitionNotFound(f"partition {pid} is not active")
+    if code == "not_owner":
+        raise NotOwner(f"partition {pid} is held by another worker")
+    if code == "version":
+        raise VersionConflict(f"partition {pid} is at version {detail}")
+    raise InvalidTransition(f"cannot {op} partition {pid}: it is {detail}")
