@@ -303,7 +303,7 @@ def test_seal_many_writes_in_one_pass_and_loses_nothing_changed_meanwhile(
     records = parts(1000, 300)
     by_batch = {b: [r for r in records if r.partition_id // 100 == b] for b in (10, 11, 12)}
     late = parts(1150, 1)[0]
-    original = layer._prepare_seal
+    original = layer.sealing._prepare_seal
 
     def change_meanwhile(stored: StoredBatch, *args: object, **kwargs: object) -> object:
         prepared = original(stored, *args, **kwargs)  # type: ignore[arg-type]
@@ -311,7 +311,7 @@ def test_seal_many_writes_in_one_pass_and_loses_nothing_changed_meanwhile(
             other.stage([late]) if meanwhile == "staged" else other.seal(11, extra=[late])
         return prepared
 
-    layer._prepare_seal = change_meanwhile  # type: ignore[method-assign]
+    layer.sealing._prepare_seal = change_meanwhile  # type: ignore[method-assign]
     assert layer.seal_many({b: [r for r in rs if r != late] for b, rs in by_batch.items()}) == 3
     if meanwhile == "staged":
         assert real_redis.hkeys(layer.keys.staging(11)) == [b"1150"] and layer.open_batch_count() == 1

@@ -14,6 +14,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
+from redis.sentinel import SentinelConnectionPool
 
 from archiver.config import DEFAULT_REDIS_URL, Config
 from codec.errors import PartArchiveError
@@ -105,14 +106,16 @@ _NOT_PORTABLE = {"retry", "redis_connect_func", "event_dispatcher", "connection_
 def async_twin(client: redis.Redis) -> AsyncClient:
     """An asyncio client of the server or cluster that ``client`` talks to, with its settings
     (address, database, credentials, TLS, timeouts, decoding, protocol). For a caller that holds
-    a blocking client only (`archiver.web.create_app`); a Sentinel's client is not rebuilt:
-    pass a ``master_for`` client of `redis.asyncio.sentinel` instead."""
+    a blocking client only (`archiver.web.create_app`); a Sentinel master's client becomes one of
+    `redis.asyncio.sentinel` with the same sentinels."""
     if isinstance(client, redis.RedisCluster):
         node = client.get_default_node()
         kwargs = _accepted(redis.asyncio.RedisCluster, client.nodes_manager.connection_kwargs)
         retry = AsyncRetry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=10)
         return redis.asyncio.RedisCluster(host=node.host, port=node.port, retry=retry, **kwargs)
     pool = client.connection_pool
+    if isinstance(pool, SentinelConnectionPool):
+        return _sentinel_twin(pool)
     twins = {
         redis.Connection: redis.asyncio.Connection,
         redis.SSLConnection: redis.asyncio.SSLConnection,
@@ -124,6 +127,20 @@ def async_twin(client: redis.Redis) -> AsyncClient:
     kwargs = _accepted(connection_class, pool.connection_kwargs)
     twin_pool = redis.asyncio.ConnectionPool(connection_class=connection_class, **kwargs)
     return redis.asyncio.Redis(connection_pool=twin_pool)
+
+
+def _sentinel_twin(pool: SentinelConnectionPool) -> AsyncClient:
+    """The asyncio client of a Sentinel master: the same sentinels, master name and settings."""
+    from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+
+    manager = pool.sentinel_manager
+    watchers = [s.connection_pool.connection_kwargs for s in manager.sentinels]
+    hosts = [(kw["host"], kw["port"]) for kw in watchers]
+    probe = _accepted(redis.asyncio.Connection, dict(manager.sentinel_kwargs))
+    twin = AsyncSentinel(hosts, sentinel_kwargs=probe)  # type: ignore[no-untyped-call]
+    data = _accepted(redis.asyncio.Connection, dict(pool.connection_kwargs))
+    client: AsyncClient = twin.master_for(pool.service_name, **data)
+    return client
 
 
 def _accepted(target: type, kwargs: dict[str, Any]) -> dict[str, Any]:

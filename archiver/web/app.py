@@ -114,10 +114,10 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         collector = register_state_collector(ns.archive)
-        routers()  # this loop's router, built now: its series are exported before the first lookup
-        gc.collect()
-        gc.freeze()  # the start-up's objects (FastAPI, pydantic, routes) stay out of every later collection
         try:
+            routers()  # this loop's router, built now: its series are exported before the first lookup
+            gc.collect()
+            gc.freeze()  # the start-up's objects (FastAPI, pydantic, routes) stay out of every later collection
             yield
         finally:
             REGISTRY.unregister(collector)
