@@ -30,7 +30,7 @@ def _populate(ns: Namespace, n: int) -> None:
     shift = int(time.time()) - parts[-1].completed_at
     parts = [p._replace(completed_at=p.completed_at + shift) for p in parts]
     write_compressed(ns.redis, ns.keys, parts, ns.policy)
-    write_stats(ns.redis, ns.keys, parts)
+    write_stats(ns.redis, ns.keys, parts, ns.policy)
     active = ActiveLayer(ns.redis, ns.keys)
     active.create_partitions(n * 1000 + 1, n * 1000 + 2_000_000, 1000)
     for _ in range(1000):

@@ -80,7 +80,7 @@ def run() -> tuple[str, bool]:
             )
             compressed = _measure(client, lambda c: write_compressed(client, keys, standard_workload(c), policy), n)
             before = used_memory(client)
-            write_stats(client, keys, standard_workload(n))
+            write_stats(client, keys, standard_workload(n), policy)
             stats = (used_memory(client) - before) / n
             active_bytes, stream_bytes = _live_layers(client, n)
             drop(client, NS)

@@ -160,17 +160,24 @@ def _chunks_of_batches(
 
 
 def write_stats(
-    client: redis.Redis, keys: KeySchema, parts: Iterable[ArchivedPartition], range_width: int = 1000, chunk: int = 5000
+    client: redis.Redis,
+    keys: KeySchema,
+    parts: Iterable[ArchivedPartition],
+    policy: TierPolicy,
+    range_width: int = 1000,
+    chunk: int = 5000,
 ) -> None:
     """The statistics keys for ``parts``, applied by the commit script as a flush would.
 
     The partitions are not counted again in the index (the writers above set it), so the
-    commit is given no entries, only the statistics updates.
+    commit is given no entries, only the statistics updates. It applies the tier rule of
+    ``policy``, which must be the storage writer's: under another one the commit would move the
+    stored tier (the default policy takes a million partitions to the summary tier).
     """
     from layers import ArchiveLayer
     from stats.commit import Committer
 
-    committer = Committer(ArchiveLayer(client, keys), range_width)
+    committer = Committer(ArchiveLayer(client, keys, policy), range_width)
     committer.check_range_width()
     for records in _chunks(parts, chunk):
         committer.statistics_only(records)

@@ -28,7 +28,7 @@ def run() -> tuple[str, bool]:
             drop(client, ns)
             keys = KeySchema(ns)
             write_compressed(client, keys, standard_workload(n), TierPolicy())
-            write_stats(client, keys, standard_workload(n))
+            write_stats(client, keys, standard_workload(n), TierPolicy())
             ActiveLayer(client, ns).create_partitions(1, 1_000_000, 1000)
             reader = StatsReader(client, ns)
             assert reader.stats()["completed"]["total_completed"] == n
