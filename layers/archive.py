@@ -170,36 +170,48 @@ class ArchiveLayer:
         pipe.execute()
 
     def _write_batches(self, parts: Sequence[ArchivedPartition | ElkRecord], tier: Tier) -> None:
-        """The records of batches that are not whole in hand are staged first; then every batch
-        the records fill completely, or that their staging now holds completely, is sealed from
-        the records in hand (read once, written in a few round trips for all: `seal_many`).
-        Workers claim the lowest pending partition, so a page of completions mostly holds whole
-        batches."""
+        """The records of batches that are not whole in hand are staged; in the same round trip
+        every batch of the records is read as sealing reads it (its staging, after the staging
+        writes, and its slot). Then every batch the records fill completely, or that its staging
+        now holds completely, is sealed from the records in hand, written in a few round trips for
+        all (`BatchSealing.seal_read`). Workers claim the lowest pending partition, so a page of
+        completions mostly holds whole batches."""
         by_batch: dict[int, list[ArchivedPartition | ElkRecord]] = defaultdict(list)
         for part in parts:
             by_batch[self.policy.batch_of(part.partition_id)].append(part)
         archived = {b: [as_archived(p) for p in group] for b, group in by_batch.items()}
-        whole = {b: got for b, got in archived.items() if len({p.partition_id for p in got}) >= self.policy.capacity(b)}
+        whole = {b for b, got in archived.items() if len({p.partition_id for p in got}) >= self.policy.capacity(b)}
         rest = [p for b, group in by_batch.items() if b not in whole for p in group]
-        staged = self.stage(rest) if rest else {}
-        full = {b: archived[b] for b, count in staged.items() if count >= self.policy.capacity(b)}
+        pipe = self.redis.pipeline(transaction=False)
+        staged_batches = self._queue_stage(pipe, rest)
+        reads = self.sealing.queue_reads(pipe, by_batch, {p.worker_id for got in archived.values() for p in got})
+        read = reads(pipe.execute()[len(staged_batches) + bool(staged_batches) :])
+        full = {b for b in staged_batches if len(read.staged[b]) >= self.policy.capacity(b)}
         if whole or full:
-            self.seal_many({**whole, **full}, tier)
+            self.sealing.seal_read({b: archived[b] for b in sorted(whole | full)}, read, tier)
 
     def stage(self, parts: Sequence[ArchivedPartition | ElkRecord]) -> dict[int, int]:
         """Put records in their batches' staging hashes; returns each batch touched with the
         records its staging holds now (read in the same round trip)."""
+        pipe = self.redis.pipeline(transaction=False)
+        batches = self._queue_stage(pipe, parts)
+        for batch_no in batches:
+            pipe.hlen(self.keys.staging(batch_no))
+        replies = pipe.execute()
+        return {b: int(n) for b, n in zip(batches, replies[len(batches) + 1 :], strict=True)}
+
+    def _queue_stage(self, pipe: Any, parts: Sequence[ArchivedPartition | ElkRecord]) -> list[int]:
+        """Queue on ``pipe`` the staging of records (an HSET per batch, then one ZADD noting the
+        batches open; nothing for no records); returns the batches, in the order of their HSETs."""
         by_batch: dict[int, dict[str, bytes]] = defaultdict(dict)
         for part in parts:
             by_batch[self.policy.batch_of(part.partition_id)][str(part.partition_id)] = part.to_json()
-        now_ms = int(time.time() * 1000)
-        pipe = self.redis.pipeline(transaction=False)
+        if not by_batch:
+            return []
         for batch_no, fields in by_batch.items():
             pipe.hset(self.keys.staging(batch_no), mapping=fields)  # type: ignore[arg-type]
-            pipe.hlen(self.keys.staging(batch_no))
-        pipe.zadd(self.keys.open_batches, {str(b): now_ms for b in by_batch})
-        replies = pipe.execute()
-        return {b: int(n) for b, n in zip(by_batch, replies[1::2], strict=False)}
+        pipe.zadd(self.keys.open_batches, dict.fromkeys(map(str, by_batch), int(time.time() * 1000)))
+        return list(by_batch)
 
     def write_simple(self, records: dict[int, bytes]) -> None:
         """Put records (already-encoded JSON, either format) into the simple hash as they are."""

@@ -14,6 +14,7 @@ is sent whole with ``EVAL``, which loads it on the node that runs it.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -100,6 +101,7 @@ class Scripts:
     def __init__(self, client: redis.Redis) -> None:
         self._client = client
         self._registered: dict[str, Script] = {}
+        self._loaded: set[str] = set()  # loaded by `queue_calls` (the server may have lost them since)
         self._cluster = isinstance(client, redis.RedisCluster)
         if self._cluster:
             follow_ask_to_new_masters(client)
@@ -137,24 +139,45 @@ class Scripts:
 
     def run_many(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any]:
         """Run several scripts in one round trip (a pipeline of EVALSHA), or one by one on Redis
-        Cluster, whose client refuses scripts in pipelines (their keys may live on different
-        nodes). A call the server did not know the script of (after SCRIPT FLUSH or a restart)
-        is run again on its own, which loads it; the others ran once. (redis-py's own pipeline
-        scripts ask SCRIPT EXISTS first: a second round trip every time.)"""
+        Cluster (`queue_calls`)."""
         if self._cluster or len(calls) == 1:
             return [self(name, keys, args) for name, keys, args in calls]
         pipe = self._client.pipeline(transaction=False)
+        _, finish = self.queue_calls(pipe, calls)
+        return finish(pipe.execute(raise_on_error=False))
+
+    def queue_calls(
+        self, pipe: Any, calls: list[tuple[str, list[str], list[Any]]]
+    ) -> tuple[int, Callable[[Sequence[Any]], list[Any]]]:
+        """Queue script calls on the caller's pipeline (to be run with ``raise_on_error=False``);
+        returns how many replies they take, first in the pipeline's, and the function that turns
+        those replies into the scripts' (raising a script's error). A call the server did not know
+        the script of (after SCRIPT FLUSH or a restart) is run again on its own, which loads it; the
+        others ran once, in their place, as does a script loaded since this process started.
+        (redis-py's own pipeline scripts ask SCRIPT EXISTS first: a second round trip every time.)
+        On Redis Cluster, whose client refuses scripts in pipelines (their keys may live on
+        different nodes), they are run here and now, one by one, and take no reply."""
+        if self._cluster:
+            done = [self(name, keys, args) for name, keys, args in calls]
+            return 0, lambda _replies: done
+        for name in {name for name, _, _ in calls} - self._loaded:  # loaded first, so they run in their place
+            self._client.script_load(self._script(name).script)
+            self._loaded.add(name)
         for name, keys, args in calls:
             pipe.evalsha(self._script(name).sha, len(keys), *keys, *args)
-        replies: list[Any] = pipe.execute(raise_on_error=False)
-        for i, reply in enumerate(replies):
-            if isinstance(reply, NoScriptError):
-                replies[i] = self(*calls[i])
-            elif isinstance(reply, ResponseError):
-                raise located(calls[i][0], reply) from None
-            elif isinstance(reply, Exception):
-                raise reply
-        return replies
+
+        def finish(replies: Sequence[Any]) -> list[Any]:
+            out = list(replies[: len(calls)])
+            for i, reply in enumerate(out):
+                if isinstance(reply, NoScriptError):
+                    out[i] = self(*calls[i])
+                elif isinstance(reply, ResponseError):
+                    raise located(calls[i][0], reply) from None
+                elif isinstance(reply, Exception):
+                    raise reply
+            return out
+
+        return len(calls), finish
 
 
 def _run_anywhere(client: Any, script: Script, keys: list[str], args: list[Any]) -> Any:

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 import redis
+from redis.exceptions import NoScriptError
 
 from codec import ArchivedPartition, DecodeError, decode_blob, encode_blob, find_in_blob
 from codec.elk import as_archived, parse_archived
@@ -33,6 +34,14 @@ from layers.workers import WorkerNumbers, WorkerRegistry
 _SEAL_RETRIES = 20
 #: Bytes of member names, colons and braces in an archived record's JSON beyond its values.
 _ARCHIVED_JSON_NAMES = len(b'"partition_id":"min_id":"max_id":"worker_id":"completed_at":"duration":')
+
+
+@dataclass(frozen=True, slots=True)
+class SealReads:
+    """What sealing read of some batches: their staged records and their stored blobs."""
+
+    staged: dict[int, dict[bytes, bytes]]
+    stored: dict[int, StoredBatch]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,20 +119,37 @@ class BatchSealing:
         """Seal several batches with records in hand (a bulk import): their blobs and staging are
         read in one round trip, each batch is encoded once and all are written in one more; a
         batch changed meanwhile is sealed again on its own."""
-        numbers = sorted(batches)
         pipe = self.redis.pipeline(transaction=False)
+        reads = self.queue_reads(pipe, batches, {p.worker_id for parts in batches.values() for p in parts})
+        return self.seal_read(batches, reads(pipe.execute()), tier)
+
+    def queue_reads(
+        self, pipe: Any, numbers: Iterable[int], worker_ids: set[str]
+    ) -> Callable[[Sequence[Any]], SealReads]:
+        """Queue on ``pipe`` what sealing these batches reads (their staging and slots, and the
+        check of the workers' numbers); the function returned takes the replies from the first of
+        these commands on and gives what was read, the workers registered."""
+        numbers = sorted(numbers)
         for b in numbers:
             pipe.hgetall(self.keys.staging(b))
         parse = self.shelves.add_reads(pipe, numbers)
-        register = self.workers.queue_register(pipe, {p.worker_id for parts in batches.values() for p in parts})
-        replies = pipe.execute()
-        stored = parse(replies[len(numbers) :])
-        register(replies[-1])  # the workers in hand checked and registered once here
+        register = self.workers.queue_register(pipe, worker_ids)
+
+        def finish(replies: Sequence[Any]) -> SealReads:
+            stored = parse(replies[len(numbers) :])
+            register(replies[-1])  # the workers in hand checked and registered once here
+            return SealReads(dict(zip(numbers, replies, strict=False)), stored)
+
+        return finish
+
+    def seal_read(self, batches: dict[int, list[ArchivedPartition]], reads: SealReads, tier: Tier | None) -> int:
+        """`seal_many` once its reads are in: the batches encoded and written, a batch changed
+        since it was read sealed again on its own; returns the batches sealed."""
         tier = tier or self.tier()
         writes: list[_SealWrite] = []
         again = []
-        for b, staged in zip(numbers, replies, strict=False):
-            write = self._prepare_seal(stored[b], staged, batches[b], verify_workers=False)
+        for b in sorted(batches):
+            write = self._prepare_seal(reads.stored[b], reads.staged[b], batches[b], verify_workers=False)
             if isinstance(write, _SealWrite):
                 writes.append(write)
             elif write is None:
@@ -213,15 +239,15 @@ class BatchSealing:
             return set()
         for w in done:
             self.seals[w.batch_no] += 1
-        staged = [w for w in done if w.staged]
-        if staged:
-            self._scripts.run_many(
-                [
-                    ("hdel_if_equal", [self.keys.staging(w.batch_no)], [x for pair in w.staged.items() for x in pair])
-                    for w in staged
-                ]
-            )
         pipe = self.redis.pipeline(transaction=False)
+        cleanups, cleaned = self._scripts.queue_calls(
+            pipe,
+            [
+                ("hdel_if_equal", [self.keys.staging(w.batch_no)], [x for pair in w.staged.items() for x in pair])
+                for w in done
+                if w.staged
+            ],
+        )
         if (tier or self.tier()) is Tier.SUMMARY:
             pipe.zadd(self.keys.expiry, {str(w.batch_no): w.newest for w in done})
         pipe.zrem(self.keys.open_batches, *(str(w.batch_no) for w in done))
@@ -229,8 +255,15 @@ class BatchSealing:
         pipe.hincrby(self.keys.archive_meta, "sealed_blob_bytes", sum(w.blob_growth for w in done))
         for w in done:  # staged into since read: the batch stays open (the stager's ZADD may be gone)
             pipe.hlen(self.keys.staging(w.batch_no))
-        replies = pipe.execute()
+        replies = pipe.execute(raise_on_error=False)
+        late = any(isinstance(reply, NoScriptError) for reply in replies[:cleanups])
+        cleaned(replies)
+        for reply in replies[cleanups:]:
+            if isinstance(reply, Exception):
+                raise reply
         left = replies[len(replies) - len(done) :]
+        if late:  # a cleanup ran after the HLENs (the server had lost its script): read them again
+            left = [self.redis.hlen(self.keys.staging(w.batch_no)) for w in done]
         reopened = {str(w.batch_no): int(time.time() * 1000) for w, n in zip(done, left, strict=True) if n}
         if reopened:
             self.redis.zadd(self.keys.open_batches, reopened)

@@ -74,8 +74,10 @@ def test_whole_batches_in_hand_are_sealed_without_staging(
     real_redis: redis.Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=3600)
-    keys, staged, stage = layer.keys, [], layer.stage
-    monkeypatch.setattr(layer, "stage", lambda recs: staged.extend(p.partition_id for p in recs) or stage(recs))
+    keys, staged, stage = layer.keys, [], layer._queue_stage
+    monkeypatch.setattr(
+        layer, "_queue_stage", lambda pipe, recs: staged.extend(p.partition_id for p in recs) or stage(pipe, recs)
+    )
     store(layer, parts(1, 250))  # batches 0 (1..99) and 1 whole in hand; 200..250 staged
     assert staged == list(range(200, 251)) and layer.batch_blob(0) and layer.batch_blob(1)
     store(layer, parts(251, 100))  # batch 2 = 51 staged before + 49 in hand; batch 3 partial
@@ -341,3 +343,19 @@ def test_a_registry_lost_with_redis_is_not_trusted_from_memory(real_redis: redis
     assert b.decode_batch(a.batch_blob(3)) == x_batch  # type: ignore[arg-type]
     answer = reader.get(250)
     assert answer.partition is not None and answer.partition.worker_id == "y"
+
+
+def test_a_seal_closes_its_batch_after_the_server_forgot_the_cleanup_script(
+    fake_redis: redis.Redis, namespace: str
+) -> None:
+    """The staged records a seal deletes are deleted by a script run in the seal's bookkeeping
+    round trip; after SCRIPT FLUSH (on fakeredis: never on a shared server) it runs again after
+    the batch's staging was counted, which is counted again: the batch is not left open."""
+    layer = archive_layer(fake_redis, namespace, compressed_from=0, seal_idle_s=0)
+    store(layer, parts(100, 50))
+    assert layer.seal_idle() == 1  # the cleanup script is loaded now
+    store(layer, parts(300, 50))
+    fake_redis.script_flush()
+    assert layer.seal_idle() == 1
+    assert layer.open_batch_count() == 0 and not fake_redis.exists(layer.keys.staging(3))
+    assert layer.decode_batch(layer.batch_blob(3)) == parts(300, 50)  # type: ignore[arg-type]
