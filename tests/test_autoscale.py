@@ -12,7 +12,7 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from archiver.daemon.autoscale import Autoscaler, ScalePolicy
-from archiver.daemon.supervisor import child_command
+from archiver.daemon.children import child_command
 from archiver.engine.local_cluster import LocalCluster
 from codec import ArchivedPartition
 from layers import ArchiveLayer, KeySchema

@@ -74,7 +74,8 @@ def _supervise(args: argparse.Namespace, config: Config, processes: int, auto: b
     """Children under a supervisor: ``processes`` of them, or, with ``auto``, as the backlog says
     (at most ``processes``); with ``--metrics-port`` the supervisor serves the group's metrics."""
     from archiver.daemon.autoscale import Autoscaler, ScalePolicy
-    from archiver.daemon.supervisor import Supervisor, child_command
+    from archiver.daemon.children import can_fork, forker, spawner
+    from archiver.daemon.supervisor import Supervisor
     from layers.pressure import observe_backlog
 
     if args.consumer:
@@ -98,9 +99,12 @@ def _supervise(args: argparse.Namespace, config: Config, processes: int, auto: b
         except OSError as exc:
             metrics.close()
             raise CliError(_port_error(args, exc)) from None
+    if metrics is None and can_fork():
+        start = forker(args.argv)
+    else:
+        start = spawner(args.argv, dict(os.environ) | (metrics.child_env if metrics is not None else {}))
     try:
-        return Supervisor(child_command(args.argv), config.drain_timeout_s, processes, scaler=scaler,
-                          metrics=metrics).run()  # fmt: skip
+        return Supervisor(start, config.drain_timeout_s, processes, scaler=scaler, metrics=metrics).run()
     finally:
         if metrics is not None:
             metrics.close()

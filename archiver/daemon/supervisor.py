@@ -1,8 +1,9 @@
 """``partarchive run --processes N|auto``: archiver processes under one supervisor.
 
 The supervisor runs children (``partarchive run`` with the same arguments, less the supervisor's
-own), restarts a child that exits while the supervisor is running (after a pause that grows when
-it keeps failing, so a child that cannot start is not restarted in a tight loop), and on SIGTERM
+own; forked from the supervisor where it can, `archiver.daemon.children`), restarts a child
+that exits while the supervisor is running (after a pause that grows when it keeps failing, so a
+child that cannot start is not restarted in a tight loop), and on SIGTERM
 or SIGINT passes SIGTERM on: every child drains (its own deadline), and any child still running
 after the drain deadline plus a grace period is killed. A second signal kills them at once.
 
@@ -17,13 +18,10 @@ use N cores.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
@@ -31,6 +29,7 @@ import redis
 import structlog
 
 from archiver.daemon.autoscale import Autoscaler, ScaleDecision
+from archiver.daemon.children import ChildProcess, Starter
 from archiver.daemon.group_metrics import GroupMetrics
 from archiver.daemon.shutdown import HANDLED_SIGNALS
 
@@ -40,14 +39,12 @@ RESTART_PAUSE_S = 1.0
 RESTART_PAUSE_MAX_S = 30.0
 GRACE_S = 5.0
 HEALTHY_AFTER_S = 30.0  # a child that ran this long resets its restart pause
-#: The supervisor's own flags: not passed on to the children.
-OWN_FLAGS = ("--processes", "--max-processes", "--metrics-port", "--metrics-host")
 
 
 @dataclass
 class Child:
     index: int
-    process: subprocess.Popen[bytes] | None = None
+    process: ChildProcess | None = None
     started: float = 0.0
     restarts: int = 0
     pause_s: float = RESTART_PAUSE_S
@@ -63,20 +60,19 @@ class Child:
 class Supervisor:
     def __init__(
         self,
-        command: Sequence[str],
+        start: Starter,
         drain_timeout_s: float,
         processes: int = 1,
         *,
         scaler: Autoscaler | None = None,
         metrics: GroupMetrics | None = None,
     ) -> None:
-        self.command = list(command)
+        self.start = start
         self.drain_timeout_s = drain_timeout_s
         self.scaler = scaler
         self.metrics = metrics
         self.max_processes = scaler.policy.max_processes if scaler is not None else processes
         self.children = [Child(i) for i in range(1 if scaler is not None else processes)]
-        self.env = dict(os.environ) | (metrics.child_env if metrics is not None else {})
         self.stopping = threading.Event()
         self.decisions: list[ScaleDecision] = []
         self._killing = False
@@ -125,7 +121,8 @@ class Supervisor:
                 log.info("archiver process stopped", child=child.index, pid=proc.pid, code=proc.returncode)
             return
         if proc is not None:  # it exited on its own
-            code = proc.returncode
+            code = proc.poll()
+            assert code is not None  # not running
             child.exit_codes.append(code)
             ran = now - child.started
             child.pause_s = RESTART_PAUSE_S if ran >= HEALTHY_AFTER_S else min(child.pause_s * 2, RESTART_PAUSE_MAX_S)
@@ -134,7 +131,7 @@ class Supervisor:
             log.warning("archiver process exited, restarting", child=child.index, code=code, in_s=child.pause_s)
             return
         if now >= child.next_start:
-            child.process = subprocess.Popen(self.command, env=self.env, start_new_session=False)
+            child.process = self.start()
             child.started = now
             if child.exit_codes:
                 child.restarts += 1
@@ -204,20 +201,3 @@ class Supervisor:
         clean = all(proc.returncode in (0, -signal.SIGTERM) for proc in procs) and not self._killing
         log.info("supervisor stopped", clean=clean)
         return 0 if clean else 1
-
-
-def child_command(argv: Sequence[str]) -> list[str]:
-    """``partarchive run`` for a child: the supervisor's arguments less its own flags."""
-    base: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
-        if arg in OWN_FLAGS:
-            skip = True
-            continue
-        if arg.startswith(tuple(f"{flag}=" for flag in OWN_FLAGS)):
-            continue
-        base.append(arg)
-    return [sys.executable, "-m", "archiver", *base]
