@@ -224,8 +224,10 @@ def shelve_step(archive: ArchiveLayer) -> int:
 def index_expiry_step(archive: ArchiveLayer) -> int:
     """Put batches sealed before the summary tier into the expiry index, a cursor walk (once).
 
-    Returns the batches walked, or 0 when the walk has only followed batches sealed in this tier
-    (they index themselves) up to the newest: nothing was due."""
+    Returns the batches walked when some of them needed indexing, else 0: the walk only followed
+    batches sealed in this tier (they index themselves) or none, which is no work to come back
+    for at once. (While a summary-tier archive grows, the walk follows its newest batches: counted
+    as work, it took maintenance's whole share of a drain.)"""
     r, keys, policy = archive.redis, archive.keys, archive.policy
     meta: Any = r.hmget(keys.archive_meta, ["expire_cursor", "max_pid"])
     cursor = int(meta[0] or 0)
@@ -250,8 +252,7 @@ def index_expiry_step(archive: ArchiveLayer) -> int:
         pipe.zadd(keys.expiry, newest, nx=True)  # type: ignore[arg-type]
     pipe.hset(keys.archive_meta, "expire_cursor", numbers[-1] + 1)
     pipe.execute()
-    caught_up = numbers[-1] == last_batch and not newest  # following batches sealed in this tier: no work
-    return 0 if caught_up else len(numbers)
+    return len(numbers) if newest else 0
 
 
 def sweep_expired(archive: ArchiveLayer, now: float | None = None, limit: int = 200) -> int:

@@ -69,6 +69,7 @@ def test_processes_restarts_a_crashed_child_and_stops_all(
         wait_for(lambda: ArchiveLayer(real_redis, keys).archived_total() == 300, 60, "the work archived")
         first = _children(supervisor.pid)
         assert len(first) == 2
+        assert all(_cmdline(pid) == _cmdline(supervisor.pid) for pid in first)  # forked, not a new interpreter
         os.kill(first[0], signal.SIGKILL)
         wait_for(lambda: first[0] not in _children(supervisor.pid) and len(_children(supervisor.pid)) == 2, 30,
                  "the crashed child restarted")  # fmt: skip
@@ -86,6 +87,11 @@ def test_processes_restarts_a_crashed_child_and_stops_all(
     assert complete_partitions_from.archived_total() == 300
     # the stopped children left the live set; the killed one could not (it goes stale instead)
     assert {h.pid for h in liveness.archivers()} <= {first[0]}
+
+
+def _cmdline(pid: int) -> bytes:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read()
 
 
 def _alive(pid: int) -> bool:
