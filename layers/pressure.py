@@ -131,19 +131,26 @@ class BacklogPressure:
 
         On: in a batch tier, with at least the low-water mark waiting, when the oldest entry is
         older than ``critical_age_s`` or the backlog has stayed above ``critical_backlog`` for
-        ``critical_for_s``. Off: once the backlog is under the low-water mark."""
+        ``critical_for_s``, seen so at every call: a backlog last seen critical longer ago than
+        that (the archivers were stopped, or drained it and stopped before looking again) starts
+        its count afresh. Off: once the backlog is under the low-water mark."""
         now = time.time() if now is None else now
         k = self.keys
         fields = {as_text(a): as_text(b) for a, b in self.redis.hgetall(k.pressure).items()}  # type: ignore[union-attr]
         skipping = fields.get("mode") == SKIP
         critical_since = _float(fields.get("critical_since"))
+        seen_at = _float(fields.get("critical_seen_at"))
         over = bool(settings.critical_backlog) and backlog.length > settings.critical_backlog
         pipe = self.redis.pipeline(transaction=False)
-        if over and critical_since is None:
-            critical_since = now
-            pipe.hset(k.pressure, "critical_since", round(now, 3))
-        elif not over and critical_since is not None:
-            pipe.hdel(k.pressure, "critical_since")
+        if over and critical_since is not None and (seen_at is None or now - seen_at > settings.critical_for_s):
+            critical_since = None  # nobody looked for a while (every archiver stopped): not known to have lasted
+        if over:
+            if critical_since is None:
+                critical_since = now
+            seen = {"critical_since": round(critical_since, 3), "critical_seen_at": round(now, 3)}
+            pipe.hset(k.pressure, mapping=seen)  # type: ignore[arg-type]
+        elif critical_since is not None:
+            pipe.hdel(k.pressure, "critical_since", "critical_seen_at")
         change = None
         if not skipping and tier is not Tier.SIMPLE and backlog.length >= settings.low_water:
             reason = ""

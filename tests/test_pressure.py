@@ -45,6 +45,11 @@ def test_the_mode_follows_the_backlog(any_redis: redis.Redis, namespace: str) ->
     assert decide(2_000, 24, age=61) is True  # an entry older than a minute: at once
     assert "61 s old" in pressure.state(Tier.SUMMARY).reason
     assert decide(0, 25) is False
+    assert decide(20_000, 30) is None  # critical again, and the last look said so too ...
+    assert decide(20_000, 100) is None  # ... 70 s later (nobody looked meanwhile): the 10 s start now
+    assert decide(20_000, 109) is None
+    assert decide(20_000, 110) is True
+    assert decide(0, 111) is False
     off = PressureSettings(critical_backlog=0, critical_age_s=0, low_water=1)
     assert pressure.decide(off, Backlog(10**6, 10**4), Tier.COMPRESSED, now=2000.0) is None
     with pytest.raises(ValidationError):
