@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -31,10 +32,19 @@ from codec.page import Columns
 from layers.keys import KeySchema
 from layers.meta import StoredBatchSize, read_tier, stored_int, stored_tier
 from layers.scripts import Scripts
-from layers.sealing import BatchSealing
+from layers.sealing import BatchSealing, SealReads
 from layers.shelves import ShelfStore
 from layers.tiers import Tier, TierPolicy
 from layers.workers import WorkerRegistry
+
+
+@dataclass(frozen=True, slots=True)
+class StagedPage:
+    """A page of records in a batch tier once staged and read (`ArchiveLayer.stage_page`): the
+    batches to seal now, with their records in hand, and what sealing read."""
+
+    to_seal: dict[int, list[ArchivedPartition]]
+    read: SealReads
 
 
 class ArchiveLayer:
@@ -170,12 +180,18 @@ class ArchiveLayer:
         pipe.execute()
 
     def _write_batches(self, parts: Sequence[ArchivedPartition | ElkRecord], tier: Tier) -> None:
-        """The records of batches that are not whole in hand are staged; in the same round trip
-        every batch of the records is read as sealing reads it (its staging, after the staging
-        writes, and its slot). Then every batch the records fill completely, or that its staging
-        now holds completely, is sealed from the records in hand, written in a few round trips for
-        all (`BatchSealing.seal_read`). Workers claim the lowest pending partition, so a page of
-        completions mostly holds whole batches."""
+        self.seal_page(self.stage_page(parts), tier)
+
+    def stage_page(self, parts: Sequence[ArchivedPartition | ElkRecord]) -> StagedPage:
+        """The first half of writing a page of records in a batch tier, one round trip: the
+        records of batches that are not whole in hand are staged, and every batch of the records is
+        read as sealing reads it (its staging, after the staging writes, and its slot). The second
+        half, `seal_page`, seals every batch the records fill completely, or that its staging now
+        holds completely, from the records in hand (`BatchSealing.seal_read`). Workers claim the
+        lowest pending partition, so a page of completions mostly holds whole batches. Split in
+        two so the archiver can send the last page's commit in between (`archiver.daemon.pages`):
+        Redis runs it while this process encodes the batches."""
+        self.check_batch_size()
         by_batch: dict[int, list[ArchivedPartition | ElkRecord]] = defaultdict(list)
         for part in parts:
             by_batch[self.policy.batch_of(part.partition_id)].append(part)
@@ -185,10 +201,26 @@ class ArchiveLayer:
         pipe = self.redis.pipeline(transaction=False)
         staged_batches = self._queue_stage(pipe, rest)
         reads = self.sealing.queue_reads(pipe, by_batch, {p.worker_id for got in archived.values() for p in got})
-        read = reads(pipe.execute()[len(staged_batches) + bool(staged_batches) :])
+        replies = pipe.execute(raise_on_error=False)
+        staging = len(staged_batches) + bool(staged_batches)
+        for reply in replies[:staging]:
+            if isinstance(reply, Exception):
+                raise reply
+        read = reads(replies[staging:])
         full = {b for b in staged_batches if len(read.staged[b]) >= self.policy.capacity(b)}
-        if whole or full:
-            self.sealing.seal_read({b: archived[b] for b in sorted(whole | full)}, read, tier)
+        return StagedPage({b: archived[b] for b in sorted(whole | full)}, read)
+
+    def seal_page(self, page: StagedPage, tier: Tier, *, defer: bool = False) -> None:
+        """The second half of `stage_page`: the batches it found whole, sealed. ``defer``: the
+        bookkeeping after the seal (deleting the staged records it holds, the open-batch set, the
+        counters) goes with the next page's reads, one round trip less a page (`flush_cleanup`
+        does it now)."""
+        if page.to_seal:
+            self.sealing.seal_read(page.to_seal, page.read, tier, defer=defer)
+
+    def flush_cleanup(self) -> None:
+        """Do now the bookkeeping that `seal_page` deferred."""
+        self.sealing.flush_cleanup()
 
     def stage(self, parts: Sequence[ArchivedPartition | ElkRecord]) -> dict[int, int]:
         """Put records in their batches' staging hashes; returns each batch touched with the

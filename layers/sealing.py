@@ -71,12 +71,14 @@ class BatchSealing:
         self.shelves = shelves
         self.seals: Counter[int] = Counter()
         self._scripts = Scripts.of(client)
+        self._deferred: list[tuple[list[_SealWrite], Tier]] = []  # seals written, bookkeeping not done yet
 
     def tier(self) -> Tier:
         return read_tier(self.redis, self.keys, self.policy)
 
     def seal_all(self) -> int:
         """Seal every batch with staged records, in batch order (the end of a bulk import)."""
+        self.flush_cleanup()
         sealed = 0
         tier = self.tier()
         while raw := self._open_batches(1000):
@@ -90,6 +92,7 @@ class BatchSealing:
 
     def seal_idle(self, now: float | None = None, limit: int = 100) -> int:
         """Seal batches nobody staged into for ``seal_idle_s`` (partial batches and stragglers)."""
+        self.flush_cleanup()
         cutoff = int(((now or time.time()) - self.policy.seal_idle_s) * 1000)
         raw: Any = self.redis.zrangebyscore(self.keys.open_batches, "-inf", cutoff, start=0, num=limit)
         tier = self.tier() if raw else None
@@ -103,6 +106,7 @@ class BatchSealing:
         ``tier`` is the tier the caller has just read (saves a round trip per batch); without
         it the tier is read here.
         """
+        self.flush_cleanup()
         for _ in range(_SEAL_RETRIES):
             pipe = self.redis.pipeline(transaction=False)
             pipe.hgetall(self.keys.staging(batch_no))
@@ -121,7 +125,7 @@ class BatchSealing:
         batch changed meanwhile is sealed again on its own."""
         pipe = self.redis.pipeline(transaction=False)
         reads = self.queue_reads(pipe, batches, {p.worker_id for parts in batches.values() for p in parts})
-        return self.seal_read(batches, reads(pipe.execute()), tier)
+        return self.seal_read(batches, reads(pipe.execute(raise_on_error=False)), tier)
 
     def queue_reads(
         self, pipe: Any, numbers: Iterable[int], worker_ids: set[str]
@@ -130,21 +134,32 @@ class BatchSealing:
         check of the workers' numbers); the function returned takes the replies from the first of
         these commands on and gives what was read, the workers registered."""
         numbers = sorted(numbers)
+        skip, cleanup = self._queue_cleanup(pipe) if self._deferred else (0, None)
         for b in numbers:
             pipe.hgetall(self.keys.staging(b))
         parse = self.shelves.add_reads(pipe, numbers)
         register = self.workers.queue_register(pipe, worker_ids)
+        # the pipeline is run with raise_on_error=False (a deferred cleanup's script may be unknown)
 
         def finish(replies: Sequence[Any]) -> SealReads:
+            if cleanup is not None:
+                cleanup(replies)
+            replies = replies[skip:]
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
             stored = parse(replies[len(numbers) :])
             register(replies[-1])  # the workers in hand checked and registered once here
             return SealReads(dict(zip(numbers, replies, strict=False)), stored)
 
         return finish
 
-    def seal_read(self, batches: dict[int, list[ArchivedPartition]], reads: SealReads, tier: Tier | None) -> int:
+    def seal_read(
+        self, batches: dict[int, list[ArchivedPartition]], reads: SealReads, tier: Tier | None, *, defer: bool = False
+    ) -> int:
         """`seal_many` once its reads are in: the batches encoded and written, a batch changed
-        since it was read sealed again on its own; returns the batches sealed."""
+        since it was read sealed again on its own; returns the batches sealed. ``defer``: their
+        bookkeeping goes with the next round trip (`_write_seals`)."""
         tier = tier or self.tier()
         writes: list[_SealWrite] = []
         again = []
@@ -154,7 +169,7 @@ class BatchSealing:
                 writes.append(write)
             elif write is None:
                 again.append(b)
-        written = self._write_seals(writes, tier)
+        written = self._write_seals(writes, tier, defer=defer)
         again += [w.batch_no for w in writes if w.batch_no not in written]
         return len(written) + sum(self.seal(b, tier, batches[b]) for b in sorted(again))
 
@@ -227,19 +242,40 @@ class BatchSealing:
             max(p.completed_at for p in merged),
         )
 
-    def _write_seals(self, writes: list[_SealWrite], tier: Tier | None) -> set[int]:
+    def _write_seals(self, writes: list[_SealWrite], tier: Tier | None, *, defer: bool = False) -> set[int]:
         """Write the new blobs into their shelves (a script call per shelf, one round trip), then
-        for those not refused: delete the staged records they hold (where unchanged), keep the
-        open-batch set, byte counters and expiry index; returns the sealed."""
+        for those not refused the bookkeeping (`_queue_cleanup`): at once, or with ``defer`` with
+        the next round trip this object makes (`queue_reads`, `flush_cleanup`). Returns the sealed."""
         if not writes:
             return set()
         written = self.shelves.write([SlotWrite(w.batch_no, w.stored.slot, w.blob, w.stored.legacy) for w in writes])
         done = [w for w in writes if w.batch_no in written]
-        if not done:
-            return set()
         for w in done:
             self.seals[w.batch_no] += 1
-        pipe = self.redis.pipeline(transaction=False)
+        if done:
+            self._deferred.append((done, tier or self.tier()))
+            if not defer:
+                self.flush_cleanup()
+        return {w.batch_no for w in done}
+
+    def flush_cleanup(self) -> None:
+        """Do the bookkeeping of seals written and not cleaned up yet (`_write_seals`), now."""
+        if self._deferred:
+            pipe = self.redis.pipeline(transaction=False)
+            _, finish = self._queue_cleanup(pipe)
+            finish(pipe.execute(raise_on_error=False))
+
+    def _queue_cleanup(self, pipe: Any) -> tuple[int, Callable[[Sequence[Any]], None]]:
+        """Queue on ``pipe`` the bookkeeping of the seals written so far: delete the staged records
+        they hold (where unchanged), keep the open-batch set, byte counters and expiry index. The
+        function returned takes the replies from the first of these commands on (the pipeline run
+        with ``raise_on_error=False``); returned with how many replies those commands take.
+
+        Deferred, this is harmless: until it runs, a sealed record is also still staged, as it
+        is after a crash between the two (the next seal of its batch merges the same record)."""
+        seals, self._deferred = self._deferred, []
+        done = [w for group, _ in seals for w in group]
+        expiring = {str(w.batch_no): w.newest for group, tier in seals if tier is Tier.SUMMARY for w in group}
         cleanups, cleaned = self._scripts.queue_calls(
             pipe,
             [
@@ -248,26 +284,30 @@ class BatchSealing:
                 if w.staged
             ],
         )
-        if (tier or self.tier()) is Tier.SUMMARY:
-            pipe.zadd(self.keys.expiry, {str(w.batch_no): w.newest for w in done})
+        if expiring:
+            pipe.zadd(self.keys.expiry, expiring)  # type: ignore[arg-type]
         pipe.zrem(self.keys.open_batches, *(str(w.batch_no) for w in done))
         pipe.hincrby(self.keys.archive_meta, "sealed_json_bytes", sum(w.json_bytes for w in done))
         pipe.hincrby(self.keys.archive_meta, "sealed_blob_bytes", sum(w.blob_growth for w in done))
         for w in done:  # staged into since read: the batch stays open (the stager's ZADD may be gone)
             pipe.hlen(self.keys.staging(w.batch_no))
-        replies = pipe.execute(raise_on_error=False)
-        late = any(isinstance(reply, NoScriptError) for reply in replies[:cleanups])
-        cleaned(replies)
-        for reply in replies[cleanups:]:
-            if isinstance(reply, Exception):
-                raise reply
-        left = replies[len(replies) - len(done) :]
-        if late:  # a cleanup ran after the HLENs (the server had lost its script): read them again
-            left = [self.redis.hlen(self.keys.staging(w.batch_no)) for w in done]
-        reopened = {str(w.batch_no): int(time.time() * 1000) for w, n in zip(done, left, strict=True) if n}
-        if reopened:
-            self.redis.zadd(self.keys.open_batches, reopened)
-        return {w.batch_no for w in done}
+        count = cleanups + bool(expiring) + 3 + len(done)
+
+        def finish(all_replies: Sequence[Any]) -> None:
+            replies = all_replies[:count]
+            late = any(isinstance(reply, NoScriptError) for reply in replies[:cleanups])
+            cleaned(replies)
+            for reply in replies[cleanups:]:
+                if isinstance(reply, Exception):
+                    raise reply
+            left = replies[len(replies) - len(done) :]
+            if late:  # a cleanup ran after the HLENs (the server had lost its script): read them again
+                left = [self.redis.hlen(self.keys.staging(w.batch_no)) for w in done]
+            reopened = {str(w.batch_no): int(time.time() * 1000) for w, n in zip(done, left, strict=True) if n}
+            if reopened:
+                self.redis.zadd(self.keys.open_batches, reopened)  # type: ignore[arg-type]
+
+        return count, finish
 
     def _sealed(self, stored: StoredBatch) -> dict[int, ArchivedPartition]:
         """The records already sealed in a batch, by pid: its old key's, overridden by its slot's."""

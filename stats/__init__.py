@@ -2,7 +2,7 @@
 
 from stats.compaction import StatsCompactor
 from stats.reader import StatsReader
-from stats.rollup import DEFAULT_RANGE_WIDTH, day_of, rollup_ops
+from stats.rollup import DEFAULT_RANGE_WIDTH, day_of, rollup_segments
 from stats.verify import CheckReport, Difference, StatsChecker
 
 __all__ = [
@@ -13,5 +13,5 @@ __all__ = [
     "StatsCompactor",
     "StatsReader",
     "day_of",
-    "rollup_ops",
+    "rollup_segments",
 ]

@@ -41,7 +41,7 @@ from layers.meta import stored_int
 from layers.replies import as_text, script_error
 from layers.scripts import Scripts
 from layers.tiers import Tier
-from stats.rollup import DEFAULT_RANGE_WIDTH, Op, rollup_ops
+from stats.rollup import DEFAULT_RANGE_WIDTH, rollup_segments
 
 DEFAULT_FLUSH_COUNT = 100
 DEFAULT_FLUSH_INTERVAL_S = 30.0
@@ -66,13 +66,34 @@ class Pending:
     entry_ids: list[str]
     cols: Columns
     detail: Detail = ""  # where the detail of these entries must travel with their commit ('': written)
+    newest: str = ""  # the newest of the entry ids ('' when none is a queue entry)
 
     def __len__(self) -> int:
         return len(self.entry_ids)
 
+    def add(self, entry_ids: list[str], cols: Columns, newest: str | None = None) -> None:
+        """Entries as the queue handed them over: a page in id order, whose last is its newest,
+        unless ``newest`` says which it is."""
+        self.entry_ids.extend(entry_ids)
+        self.cols.extend(cols)
+        self.note_newest(entry_ids[-1] if newest is None and entry_ids else newest or "")
+
+    def note_newest(self, entry_id: str) -> None:
+        if entry_id not in ("", "-") and (not self.newest or _id_order(entry_id) > _id_order(self.newest)):
+            self.newest = entry_id
+
     @classmethod
     def of(cls, entries: Sequence[tuple[str, ArchivedPartition]]) -> Pending:
-        return cls([entry_id for entry_id, _ in entries], Columns.of([part for _, part in entries]))
+        """Entries in any order (tests, imports)."""
+        ids = [entry_id for entry_id, _ in entries]
+        queued = [entry_id for entry_id in ids if entry_id != "-"]
+        return cls(ids, Columns.of([part for _, part in entries]), newest=max(queued, key=_id_order, default=""))
+
+
+def _id_order(entry_id: str) -> tuple[int, int]:
+    """A stream entry id (``ms-seq``) as numbers, in the order of the stream."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
 
 
 class Call(NamedTuple):
@@ -105,10 +126,10 @@ class Committer:
         """The call that commits ``pending``, each pid counted once and none of ``already``."""
         counted, ack_only = _split(pending, already)
         workers, generation = self.archive.workers.numbering(set(counted.cols.workers))
-        stats_keys, ops = rollup_ops(
+        stats_keys, segments = rollup_segments(
             counted.cols, self.archive.keys, self.range_width, int(self._clock()), workers, self.FIXED_KEYS + 1
         )
-        return self._call(counted, ack_only, pending.detail, generation, stats_keys, ops)
+        return self._call(counted, ack_only, pending.detail, generation, stats_keys, segments)
 
     def _call(
         self,
@@ -117,7 +138,7 @@ class Committer:
         detail: Detail,
         generation: str | None,
         stats_keys: list[str],
-        ops: list[Op],
+        segments: list[str | int],
     ) -> Call:
         k, policy = self.archive.keys, self.archive.policy
         pids = counted.cols.pids
@@ -129,17 +150,19 @@ class Committer:
             ARCHIVER_GROUP,
             policy.compressed_from,
             policy.summary_above,
-            ",".join(map(str, pids)),
+            len(pids),
+            *index_bits(pids),
             ",".join([entry_id for entry_id in counted.entry_ids if entry_id != "-"]),
             ",".join([entry_id for entry_id in ack_only if entry_id != "-"]),
             max(pids, default=0),
-            generation if ops and generation else "",
+            generation if segments and generation else "",
             detail if pids else "",
             unsealed,
+            counted.newest,
         ]
         if detail and pids:
-            args += counted.cols.details
-        args += [x for op in ops for x in op]
+            args += [x for pair in zip(pids, counted.cols.details, strict=True) for x in pair]
+        args += segments
         return Call([k.index, k.queue, k.archive_meta, k.workers, k.completed, k.unsealed, *stats_keys], args)
 
     def result(self, reply: Any) -> CommitResult | list[int]:
@@ -178,8 +201,10 @@ class Committer:
         cols = Columns.of(parts)
         workers, generation = self.archive.workers.numbering(set(cols.workers))
         now = max(cols.completed_at, default=0)
-        stats_keys, ops = rollup_ops(cols, self.archive.keys, self.range_width, now, workers, self.FIXED_KEYS + 1)
-        result = self.result(self._run(self._call(Pending([], Columns()), [], "", generation, stats_keys, ops)))
+        stats_keys, segments = rollup_segments(
+            cols, self.archive.keys, self.range_width, now, workers, self.FIXED_KEYS + 1
+        )
+        result = self.result(self._run(self._call(Pending([], Columns()), [], "", generation, stats_keys, segments)))
         if not isinstance(result, CommitResult):
             raise RuntimeError("a commit that counts nothing found duplicates")
         return result
@@ -204,6 +229,26 @@ class Committer:
         self._width_checked = True
 
 
+#: The widest byte range of the index bitmap a commit sends its bits as (``commit.lua``'s 'bytes'):
+#: a page of completions, nearly in order, spans a few dozen bytes; pids further apart go as a list.
+INDEX_SPAN = 4000
+
+
+def index_bits(pids: Sequence[int]) -> tuple[str, int | str, bytes]:
+    """``commit.lua``'s ARGV[5..7] for the index bits of ``pids`` (each once): 'bytes', the
+    offset of the first byte and the bytes to OR in from there, when they lie within
+    `INDEX_SPAN` bytes; else 'bits' and the pids, comma-separated."""
+    if not pids:
+        return "bits", "", b""
+    first, last = min(pids) >> 3, max(pids) >> 3
+    if last - first >= INDEX_SPAN:
+        return "bits", ",".join(map(str, pids)), b""
+    mask = bytearray(last - first + 1)
+    for pid in pids:
+        mask[(pid >> 3) - first] |= 0x80 >> (pid & 7)
+    return "bytes", first, bytes(mask)
+
+
 def _split(pending: Pending, already: set[int] | frozenset[int]) -> tuple[Pending, list[str]]:
     """The entries to count (each pid once, none of ``already``) and the ids only to acknowledge."""
     pids = pending.cols.pids
@@ -220,7 +265,7 @@ def _split(pending: Pending, already: set[int] | frozenset[int]) -> tuple[Pendin
         else:
             ack_only.append(entry_id)
     counted_ids = [entry_id for entry_id, k in zip(pending.entry_ids, keep, strict=True) if k]
-    return Pending(counted_ids, pending.cols.select(keep), pending.detail), ack_only
+    return Pending(counted_ids, pending.cols.select(keep), pending.detail, pending.newest), ack_only
 
 
 class CommitBuffer:
@@ -260,19 +305,20 @@ class CommitBuffer:
         """Queue entry ids waiting here for the next commit (delivered to this process already)."""
         return set(self._waiting.entry_ids)
 
-    def add_page(self, entry_ids: list[str], cols: Columns, detail: Detail = "") -> None:
+    def add_page(self, entry_ids: list[str], cols: Columns, detail: Detail = "", newest: str | None = None) -> None:
         """Buffer entries whose detail is written, or (``detail``) is to travel with their commit:
-        then the whole commit carries the detail of what it commits (written twice is the same)."""
+        then the whole commit carries the detail of what it commits (written twice is the same).
+        The entries come in id order (a page as read) unless ``newest`` names the newest."""
         if entry_ids and not self._waiting.entry_ids:
             self._since = self._clock()
-        self._waiting.entry_ids.extend(entry_ids)
-        self._waiting.cols.extend(cols)
+        self._waiting.add(entry_ids, cols, newest)
         if detail and self._waiting.detail != "unsealed":
             self._waiting.detail = detail
 
     def add(self, entries: Sequence[tuple[str, ArchivedPartition]]) -> list[CommitResult]:
         """Buffer entries whose detail is written; commit everything waiting once a commit is due."""
-        self.add_page([entry_id for entry_id, _ in entries], Columns.of([part for _, part in entries]))
+        pending = Pending.of(entries)
+        self.add_page(pending.entry_ids, pending.cols, newest=pending.newest)
         return [self.flush()] if len(self._waiting) >= self.flush_count else []
 
     def due(self) -> bool:
@@ -290,6 +336,7 @@ class CommitBuffer:
         rest = self._waiting
         self._waiting = pending
         self.add_page(rest.entry_ids, rest.cols, rest.detail)
+        self._waiting.note_newest(rest.newest)
         self._since = self._clock() - self.flush_interval_s if len(self._waiting) else 0.0
 
     def flush(self) -> CommitResult:

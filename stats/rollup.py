@@ -29,35 +29,55 @@ def day_of(timestamp: int) -> str:
 
 
 class RollupBuilder:
-    """Collects updates per (key, field); `build` returns the key list and the ops."""
+    """Collects updates per key and field; `build` returns the key list and the ops, `segments`
+    the same as the commit script takes them (grouped by key)."""
 
     def __init__(self) -> None:
-        self._adds: dict[tuple[str, str], int] = defaultdict(int)
-        self._mins: dict[tuple[str, str], int] = {}
-        self._maxs: dict[tuple[str, str], int] = {}
+        self._adds: defaultdict[str, defaultdict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self._mins: defaultdict[str, dict[str, int]] = defaultdict(dict)
+        self._maxs: defaultdict[str, dict[str, int]] = defaultdict(dict)
 
     def add(self, key: str, field: str, value: int) -> None:
-        self._adds[(key, field)] += value
+        self._adds[key][field] += value
 
     def keep_min(self, key: str, field: str, value: int) -> None:
-        current = self._mins.get((key, field))
+        kept = self._mins[key]
+        current = kept.get(field)
         if current is None or value < current:
-            self._mins[(key, field)] = value
+            kept[field] = value
 
     def keep_max(self, key: str, field: str, value: int) -> None:
-        current = self._maxs.get((key, field))
+        kept = self._maxs[key]
+        current = kept.get(field)
         if current is None or value > current:
-            self._maxs[(key, field)] = value
+            kept[field] = value
+
+    def _keys(self) -> list[str]:
+        return list(dict.fromkeys([*self._adds, *self._mins, *self._maxs]))
 
     def build(self, first: int = 0) -> tuple[list[str], list[Op]]:
         """The keys touched and the ops, each naming its key by position in that list plus ``first``
         (a script's KEYS index when the keys follow ``first - 1`` others)."""
-        positions: dict[str, int] = {}
+        keys = self._keys()
+        positions = {key: i + first for i, key in enumerate(keys)}
         ops: list[Op] = []
         for op, table in (("+", self._adds), ("<", self._mins), (">", self._maxs)):
-            for (key, field), value in table.items():
-                ops.append((positions.setdefault(key, len(positions) + first), op, field, value))
-        return list(positions), ops
+            for key, fields in table.items():
+                ops += [(positions[key], op, field, value) for field, value in fields.items()]
+        return keys, ops
+
+    def segments(self, first: int = 0) -> tuple[list[str], list[str | int]]:
+        """The keys touched, and for each one segment: its position (as in `build`), how many
+        fields it adds to, keeps the minimum of and keeps the maximum of, those fields' names in
+        that order, then their values (``commit.lua``'s statistics arguments)."""
+        keys = self._keys()
+        out: list[str | int] = []
+        empty: dict[str, int] = {}
+        for i, key in enumerate(keys):
+            adds, mins, maxs = self._adds.get(key, empty), self._mins.get(key, empty), self._maxs.get(key, empty)
+            out += [i + first, len(adds), len(mins), len(maxs), *adds, *mins, *maxs]
+            out += [*adds.values(), *mins.values(), *maxs.values()]
+        return keys, out
 
 
 def add_partitions(
@@ -193,19 +213,20 @@ def _day_name(day: int) -> str:
     return day_of(day * 86400)
 
 
-def rollup_ops(
+def rollup_segments(
     parts: Sequence[ArchivedPartition] | Columns,
     keys: KeySchema,
     range_width: int,
     now: int,
     numbers: WorkerMap,
     first_key: int = 0,
-) -> tuple[list[str], list[Op]]:
-    """The commit's keys and ops for ``parts``; ``numbers`` (the registry's) numbers every worker
-    among them; ops name their keys by position from ``first_key`` (`RollupBuilder.build`)."""
+) -> tuple[list[str], list[str | int]]:
+    """The commit's statistics keys and segments for ``parts``; ``numbers`` (the registry's)
+    numbers every worker among them; segments name their keys by position from ``first_key``
+    (`RollupBuilder.segments`)."""
     if not len(parts):
         return [], []
     builder = RollupBuilder()
     add_partitions(builder, parts, keys, range_width, numbers)
     builder.keep_max(keys.stats_global, "last_updated", now)
-    return builder.build(first_key)
+    return builder.segments(first_key)

@@ -1,6 +1,7 @@
 """The commit's index bits, both ways ``commit.lua`` reads and sets them: a page whose pids lie
-close together (one byte range of the bitmap) and one spread wider (BITFIELD); in any order, with
-a partition counted already, on every engine. Bits land exactly on the counted pids."""
+close together (bytes OR-ed into one range of the bitmap, also where a byte holds bits set
+already) and one spread wider (BITFIELD); in any order, with a partition counted already, on
+every engine. Bits land exactly on the counted pids."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import random
 
 import pytest
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, KeySchema
-from stats.commit import Committer, Pending
+from stats.commit import CommitResult, Committer, Pending, index_bits
 
 CLOSE = [9, 10, 11, 17, 8, 1000, 7, 3, 31_999, 4242]  # within 4,000 bytes of the bitmap
 WIDE = [5, 70_000, 1_000_000, 123, 2**32 - 1, 64]  # wider: BITFIELD
@@ -35,12 +38,39 @@ def test_bits_are_set_for_the_counted_pids_and_a_counted_one_is_named(
     again = [first[0], *rest]  # one counted already: named, the rest counted in a second call
     result = committer.commit(Pending.of([("-", _part(p)) for p in again]))
     assert (result.newly_archived, result.total) == (len(rest), len(pids))
-    assert committer.result(committer._run(committer.call(Pending.of([("-", _part(p)) for p in again])))) == sorted(
-        again, key=again.index
-    )
+    named = committer.result(committer._run(committer.call(Pending.of([("-", _part(p)) for p in again]))))
+    assert isinstance(named, list) and sorted(named) == sorted(again)  # each counted one named, once
     assert all(any_redis.getbit(keys.index, p) for p in pids)
     assert int(any_redis.bitcount(keys.index)) == len(pids)  # no bit beside them
     for p in pids:
         for near in (p - 1, p + 1):
             if near not in pids and 0 <= near < 2**32:
                 assert not any_redis.getbit(keys.index, near)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    before=st.sets(st.integers(1, 300), max_size=60),
+    page=st.sets(st.integers(1, 300), min_size=1, max_size=60),
+)
+def test_a_page_of_bytes_ors_into_the_bitmap_and_names_exactly_the_counted(
+    real_redis: redis.Redis, namespace: str, before: set[int], page: set[int]
+) -> None:
+    """Any bits set before, any page sent as bytes: the page's counted ones are named (nothing
+    written), the others counted after, and the bitmap ends as the union, not a bit more."""
+    keys = KeySchema.of(namespace, client=real_redis)
+    real_redis.delete(keys.index, keys.archive_meta)
+    for pid in before:
+        real_redis.setbit(keys.index, pid, 1)
+    committer = Committer(ArchiveLayer(real_redis, keys))
+    assert index_bits(sorted(page))[0] == "bytes"
+    pending = Pending.of([("-", _part(p)) for p in sorted(page)])
+    result = committer.result(committer._run(committer.call(pending)))
+    if page & before:
+        assert isinstance(result, list) and sorted(result) == sorted(page & before)
+        assert int(real_redis.bitcount(keys.index)) == len(before)  # nothing written
+        result = committer.commit(pending, already=page & before)
+    assert isinstance(result, CommitResult) and result.newly_archived == len(page - before)
+    raw = real_redis.get(keys.index) or b""
+    set_bits = {8 * i + b for i, byte in enumerate(raw) for b in range(8) if byte & (0x80 >> b)}
+    assert set_bits == before | page

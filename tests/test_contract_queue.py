@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import redis
 
-from layers import ArchiveQueue, KeySchema
+from codec.page import read_payloads
+from layers import ArchiveLayer, ArchiveQueue, KeySchema
 from layers.queue import QueueEntry
+from layers.replies import as_text
+from stats.commit import Committer, Pending
 from tests.helpers import complete_partitions
 
 
@@ -88,3 +91,31 @@ def test_a_dead_letter_without_a_payload_is_kept_but_never_requeued(any_redis: r
     assert letter["reason"] == "nothing to archive" and not letter["requeueable"]
     assert queue.requeue([letter["id"]]) == (0, 1)
     assert queue.state().dead_letters == 1 and queue.state().length == 0
+
+
+def test_a_commit_takes_its_entries_out_of_the_queue_whichever_way_and_nothing_else(
+    any_redis: redis.Redis, namespace: str
+) -> None:
+    """A commit whose entries all lie before the oldest pending one trims the queue's head; one
+    with entries after it (an older page pending elsewhere), or with nothing left pending, deletes
+    its own: either way exactly its entries leave, and pending and unread ones stay."""
+    queue = _queue_of(any_redis, namespace, 12)
+    committer = Committer(ArchiveLayer(any_redis, queue.keys))
+    a, b = queue.read_new("a", 4, 0), queue.read_new("b", 4, 0)
+
+    def commit(entries: list[QueueEntry]) -> None:
+        committer.commit(Pending.of([(e.entry_id, read_payloads([e.payload])[0].archived()[0]) for e in entries]))
+
+    def left() -> list[str]:
+        return [as_text(entry_id) for entry_id, _ in any_redis.xrange(queue.keys.queue)]  # type: ignore[union-attr]
+
+    unread = left()[8:]
+    commit(a)  # before b, the oldest pending: trimmed
+    assert left() == [e.entry_id for e in b] + unread and queue.state().pending == 4
+    c = queue.read_new("c", 4, 0)
+    commit(c)  # after b, still pending: deleted one by one
+    assert left() == [e.entry_id for e in b] and queue.state().pending == 4
+    again = queue.read_own_pending("b", 10)  # b's entries are whole and still b's
+    assert [(e.entry_id, e.payload) for e in again] == [(e.entry_id, e.payload) for e in b]
+    commit(b)  # nothing pending after: deleted
+    assert left() == [] and queue.state().pending == 0

@@ -359,3 +359,27 @@ def test_a_seal_closes_its_batch_after_the_server_forgot_the_cleanup_script(
     assert layer.seal_idle() == 1
     assert layer.open_batch_count() == 0 and not fake_redis.exists(layer.keys.staging(3))
     assert layer.decode_batch(layer.batch_blob(3)) == parts(300, 50)  # type: ignore[arg-type]
+
+
+def test_a_seals_bookkeeping_deferred_goes_with_the_next_reads(real_redis: redis.Redis, namespace: str) -> None:
+    """The archiver's pages: the bookkeeping after a seal (its staged records deleted, its batch
+    closed, the byte counters) waits for the next page's reads, or `flush_cleanup`; meanwhile the
+    partition answers from the batch or its staging, the same record."""
+    layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=3600)
+    keys, q = layer.keys, router(real_redis, namespace, layer)
+    layer.seal_page(layer.stage_page(parts(1, 150)), Tier.COMPRESSED, defer=True)  # 100..150 staged
+    assert layer.batch_blob(0) and layer.compression_ratio() == 0.0  # batch 0's counters wait
+    layer.seal_page(layer.stage_page(parts(151, 49)), Tier.COMPRESSED, defer=True)  # batch 1 whole in staging
+    assert layer.compression_ratio() > 0  # batch 0's went with these reads
+    assert layer.decode_batch(layer.batch_blob(1)) == parts(100, 100)  # type: ignore[arg-type]
+    assert real_redis.hlen(keys.staging(1)) == 100 and layer.open_batch_count() == 1  # not cleaned up yet
+    assert q.get(120).partition == parts(120, 1)[0] and q.get(180).partition == parts(180, 1)[0]
+    layer.seal_page(layer.stage_page(parts(200, 10)), Tier.COMPRESSED, defer=True)  # rides with these reads
+    assert not real_redis.exists(keys.staging(1)) and layer.open_batch_count() == 1  # batch 2, staged now
+    layer.seal_page(layer.stage_page(parts(210, 90)), Tier.COMPRESSED, defer=True)
+    assert layer.open_batch_count() == 1
+    layer.flush_cleanup()
+    assert layer.open_batch_count() == 0 and not real_redis.exists(keys.staging(2))
+    blob_bytes = sum(len(layer.batch_blob(b) or b"") for b in range(3))
+    json_bytes = sum(len(p.to_json()) for p in parts(1, 299))
+    assert layer.compression_ratio() == round(json_bytes / blob_bytes, 2)  # every seal counted, once

@@ -8,9 +8,12 @@ a batch tier storing unsealed in a critical backlog) it travels inside the commi
 makes a commit due, and is written at once otherwise, so a partition waiting for its commit is
 still found in the archive.
 
-On one server the commit that a page makes due goes out right after the next page is read, on a
-connection of its own (`layers.readahead`), and its reply is read once that page is handled:
-Redis runs the commit while this process decodes the next page and builds the commit after it.
+On one server the commit that a page makes due goes out with the next page, on a connection of
+its own (`layers.readahead`), and its reply is read once that page is handled: Redis runs the
+commit while this process decodes and encodes the next page and builds the commit after it. It
+goes out once that page's reads are in (in a batch tier, after its staging and slots are read,
+`ArchiveLayer.stage_page`), since Redis answers a read sent after the commit only once the commit
+has run.
 Entries taken over from a dead archiver, re-read at start, or read on Redis Cluster are handled in
 turn.
 """
@@ -56,6 +59,8 @@ class PageArchiver:
         self._after_read = after_read
         self.read_wait_s = 0.0  # how long the last read waited for new entries (idle time)
         self._prepared: tuple[Pending, Call] | None = None  # the next commit, built, not sent yet
+        self._unsent: tuple[Pending, Call] | None = None  # the commit to send once this page's reads are in
+        self._sent: Pending | None = None  # what the commit sent with this page commits (reply not read yet)
         self._flushes = STATS_FLUSHES.labels(namespace=ns.keys.namespace)
 
     # reading
@@ -80,19 +85,23 @@ class PageArchiver:
         self.read_wait_s = 0.0 if due else time.monotonic() - started
         if prepared is None and due:
             prepared = self._prepare()
-        if prepared is not None:
-            self._send(prepared)
+        self._unsent, self._sent = prepared, None
         now = False
         try:
             handled = self._archive(ids, payloads)
+            self._send_unsent()
             if self.commit_buffer.due():
                 if len(ids) < self.config.read_count:
                     now = True  # the queue has run dry for now: commit at once
                 else:  # more to read: built while Redis runs the one sent, sent with the next read
                     self._prepared = self._prepare()
         finally:
-            if prepared is not None:
-                self._settle(prepared[0])
+            if self._unsent is not None:  # failed before it went out: nothing of it ran
+                self._restore(self._unsent)
+                self._unsent = None
+            elif self._sent is not None:
+                sent, self._sent = self._sent, None
+                self._settle(sent)
         if now:
             self.commit()
         return handled
@@ -115,15 +124,16 @@ class PageArchiver:
     def _held(self) -> set[str]:
         """Ids of the entries read here and waiting for their commit (buffered, or in a commit built)."""
         held = self.commit_buffer.buffered_ids() if self.commit_buffer.pending else set()
-        if self._prepared is not None:
-            held.update(self._prepared[0].entry_ids)
+        for built in (self._prepared, self._unsent):
+            if built is not None:
+                held.update(built[0].entry_ids)
         return held
 
     def _archive(self, ids: list[str], payloads: list[bytes]) -> int:
         if not ids:
             return 0
         handled = len(ids)
-        if self.commit_buffer.pending or self._prepared:  # claimed back while waiting here for the commit
+        if self.commit_buffer.pending or self._prepared or self._unsent:  # claimed back while waiting here
             held = self._held()
             if not held.isdisjoint(ids):
                 keep = [entry_id not in held for entry_id in ids]
@@ -144,7 +154,11 @@ class PageArchiver:
         unsealed = self.tier is not Tier.SIMPLE and self.backlog.skipping
         detail: Detail = "simple" if self.tier is Tier.SIMPLE else "unsealed" if unsealed else ""
         travels = bool(detail) and self.commit_buffer.pending + len(cols) >= self.commit_buffer.flush_count
-        if not travels:
+        if not travels and not detail:  # sealed: the commit built before goes out between the halves
+            staged = self.archive.stage_page(cols.records())
+            self._send_unsent()
+            self.archive.seal_page(staged, self.tier, defer=self.reader is not None)
+        elif not travels:
             self.archive.write_detail(cols, unsealed=unsealed, tier=self.tier)
         self.commit_buffer.add_page(entry_ids, cols, detail if travels else "")
         self.archived += len(cols)
@@ -157,7 +171,8 @@ class PageArchiver:
     @property
     def waiting(self) -> int:
         """Entries read and not committed yet (buffered, or in a commit built and not sent)."""
-        return self.commit_buffer.pending + (0 if self._prepared is None else len(self._prepared[0]))
+        built = (self._prepared, self._unsent)
+        return self.commit_buffer.pending + sum(len(b[0]) for b in built if b is not None)
 
     # committing
 
@@ -166,7 +181,10 @@ class PageArchiver:
             self.commit()
 
     def commit(self) -> None:
-        """Commit everything buffered now, in turn (on failure it stays buffered)."""
+        """Commit everything buffered now, in turn (on failure it stays buffered), and finish the
+        bookkeeping of the seals written (`ArchiveLayer.seal_page`): the queue has run dry, or
+        the archiver stops."""
+        self.archive.flush_cleanup()
         self._restore(self._prepared)
         self._prepared = None
         if self.commit_buffer.pending:
@@ -181,6 +199,14 @@ class PageArchiver:
         except BaseException:
             self.commit_buffer.restore(pending)
             raise
+
+    def _send_unsent(self) -> None:
+        """Send the commit due with this page, if not sent yet: once the page's detail has been read
+        (the reads would wait for the commit in Redis otherwise), before it is encoded."""
+        if self._unsent is not None:
+            prepared, self._unsent = self._unsent, None
+            self._send(prepared)  # given back to the buffer if it fails
+            self._sent = prepared[0]
 
     def _send(self, prepared: tuple[Pending, Call]) -> None:
         """Send a commit without waiting (its reply: `_settle`)."""

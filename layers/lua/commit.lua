@@ -1,30 +1,39 @@
 -- Commit archived partitions, exactly once: set their index bits, count the new ones, move
 -- the tier up when the total crosses a threshold, apply their statistics, write their detail
 -- when it travels with the commit, and acknowledge + delete their queue entries, all in one
--- step. If any counted partition already has its index bit (a redelivered entry), nothing is
+-- step (the entries are trimmed off the queue's head when they are all before the oldest
+-- pending one, deleted one by one otherwise). If any counted partition already has its index bit (a redelivered entry), nothing is
 -- written and the duplicates are returned, so the caller can rebuild the statistics without
 -- them and move them to the ack-only list. The caller's side of this contract is
--- stats/commit.py. Ids travel as comma-separated lists (one argument each, not one per id) and
--- the bits are read and set a byte range at a time (`index_bits`): this runs for every archived partition.
+-- stats/commit.py. This runs for every archived partition, so the caller does the per-partition
+-- work: it sends the page's index bits as the bytes to OR into the bitmap (when they lie within
+-- 4,000 bytes of it, as a page of completions does), entry ids as comma-separated lists, and the
+-- statistics grouped by key, so that here the loops go over bytes and fields, not partitions.
 -- Range hashes name workers by their registry number: the numbers are those of the registry
--- generation in ARGV[8], and if the registry holds another one (it was lost and rebuilt since
+-- generation in ARGV[11], and if the registry holds another one (it was lost and rebuilt since
 -- the caller read it), nothing is written.
 -- KEYS[1] index bitmap   KEYS[2] archive queue   KEYS[3] archive meta hash
 -- KEYS[4] worker registry (worker_id -> short number; its field '' is the generation)
 -- KEYS[5] the simple tier's hash (pid -> JSON)   KEYS[6] batches stored unsealed (zset)
--- KEYS[7..] statistics hashes (the ops below address them by position in KEYS)
+-- KEYS[7..] statistics hashes (the segments below address them by position in KEYS)
 -- ARGV[1] consumer group   ARGV[2] compressed_from   ARGV[3] summary_above
--- ARGV[4] counted pids, comma-separated
--- ARGV[5] their queue entry ids, comma-separated ('' for an import, which has no entries)
--- ARGV[6] entry ids to acknowledge only, comma-separated ('' if none)
--- ARGV[7] the largest counted pid (0 if none)
--- ARGV[8] the registry generation the worker numbers of the ops belong to ('' when none is used)
--- ARGV[9] where the counted partitions' detail goes: '' (written already), 'simple' (into KEYS[5])
---         or 'unsealed' (into KEYS[5], a batch tier's records kept unsealed in a critical backlog)
--- ARGV[10] with 'unsealed': 'now_ms,batch,batch,...' for KEYS[6] ('' otherwise)
--- ARGV[11 .. 10+n] with a detail: the detail JSON of each counted pid, in the order of ARGV[4]
--- then quads until the end: key index, op, field, value (op: '+' add, '<' keep min, '>' keep
---           max), exact whatever the size (_decimal.lua): a sum past 2^63 is kept as it is
+-- ARGV[4] how many partitions are counted (each given once: the caller's dedupe)
+-- ARGV[5] how their index bits come: 'bytes' or 'bits'
+-- ARGV[6] 'bytes': the offset of the first byte in the bitmap; 'bits': the pids, comma-separated
+-- ARGV[7] 'bytes': the bytes whose set bits are the counted pids (from that offset on); else ''
+-- ARGV[8] their queue entry ids, comma-separated ('' for an import, which has no entries)
+-- ARGV[9] entry ids to acknowledge only, comma-separated ('' if none)
+-- ARGV[10] the largest counted pid (0 if none)
+-- ARGV[11] the registry generation the worker numbers of the statistics belong to ('' when none)
+-- ARGV[12] where the counted partitions' detail goes: '' (written already), 'simple' (into KEYS[5])
+--          or 'unsealed' (into KEYS[5], a batch tier's records kept unsealed in a critical backlog)
+-- ARGV[13] with 'unsealed': 'now_ms,batch,batch,...' for KEYS[6] ('' otherwise)
+-- ARGV[14] the newest of the entry ids of ARGV[8] and ARGV[9] ('' if none)
+-- ARGV[15 .. 14+2n] with a detail: pid, detail JSON, for each counted partition
+-- then statistics segments until the end, one per hash: its KEYS index, a, b, c (how many fields
+--          it adds to, keeps the minimum of, keeps the maximum of), the a+b+c field names in that
+--          order, then their a+b+c values. Sums are exact whatever the size (_decimal.lua): past
+--          2^63 they are kept as decimal text.
 -- Returns {'dup', pid...} or {'ok', total archived, tier, n}; {'stale_workers'},
 -- {'err', 'wrong_type', what} or {'err', 'corrupt_meta', field} (nothing written) when the
 -- registry changed, or a key or the meta hash is not ours.
@@ -48,54 +57,54 @@ local function split(list)
   return out
 end
 
--- The index bits of `pids`: the duplicates (bit set already) and a function that sets the bits.
--- Pids that lie within INDEX_SPAN bytes of the bitmap (a page of completions, nearly in order)
--- are read with one GETRANGE and written back with one SETRANGE; others go through BITFIELD,
--- 1,000 GET/SET a call. Each pid is given once (the caller's dedupe).
-local INDEX_SPAN = 4000
-local function index_bits(pids)
-  local n = #pids
-  local nums, lo, hi = {}, math.huge, -1
-  for i = 1, n do
-    local p = tonumber(pids[i])
-    nums[i] = p
-    lo, hi = math.min(lo, p), math.max(hi, p)
+-- The index bits given as bytes to OR in from byte `first` on: the pids whose bit is set already,
+-- and a function that sets them all. Bytes where only one side has bits (nearly all of them) are
+-- taken whole; only a byte both have bits in is looked at bit by bit.
+local function index_bytes(first, mask)
+  local raw, bad = read_checked(1, 'string', 'GETRANGE', KEYS[1], first, first + #mask - 1)
+  if not raw then
+    return nil, bad
   end
+  local old, new = {string.byte(raw, 1, -1)}, {string.byte(mask, 1, -1)}
   local dups = {}
-  if n == 0 then
-    return dups, function() end
-  end
-  local first_byte = math.floor(lo / 8)
-  local span = math.floor(hi / 8) - first_byte + 1
-  if span <= INDEX_SPAN then
-    local raw = redis.call('GETRANGE', KEYS[1], first_byte, first_byte + span - 1)
-    local bytes = {string.byte(raw, 1, -1)}
-    for j = #raw + 1, span do
-      bytes[j] = 0
-    end
-    for i = 1, n do
-      local p = nums[i]
-      local j = math.floor(p / 8) - first_byte + 1
-      local mask = 2 ^ (7 - p % 8)
-      if math.floor(bytes[j] / mask) % 2 == 1 then
-        dups[#dups + 1] = pids[i]
-      else
-        bytes[j] = bytes[j] + mask
+  for j = 1, #new do
+    local e, m = old[j] or 0, new[j]
+    if m == 0 then
+      new[j] = e
+    elseif e ~= 0 then
+      local weight = 128
+      for bit = 0, 7 do
+        local had, wanted = math.floor(e / weight) % 2 == 1, math.floor(m / weight) % 2 == 1
+        if had and wanted then
+          dups[#dups + 1] = string.format('%d', (first + j - 1) * 8 + bit)
+        elseif had then
+          m = m + weight
+        end
+        weight = weight / 2
       end
-    end
-    return dups, function()
-      redis.call('SETRANGE', KEYS[1], first_byte, string.char(unpack(bytes)))
+      new[j] = m
     end
   end
-  local sets = {}
-  for first = 1, n, 1000 do
+  return dups, function()
+    redis.call('SETRANGE', KEYS[1], first, string.char(unpack(new)))
+  end
+end
+
+-- The index bits of scattered pids, through BITFIELD, 1,000 GET/SET a call: as index_bytes.
+local function index_bits(pids)
+  local dups, sets = {}, {}
+  for first = 1, #pids, 1000 do
     local get, set = {}, {}
-    for i = first, math.min(n, first + 999) do
+    for i = first, math.min(#pids, first + 999) do
       get[#get + 1], get[#get + 2], get[#get + 3] = 'GET', 'u1', pids[i]
       set[#set + 1], set[#set + 2], set[#set + 3], set[#set + 4] = 'SET', 'u1', pids[i], 1
     end
     sets[#sets + 1] = set
-    for k, bit in ipairs(redis.call('BITFIELD', KEYS[1], unpack(get))) do
+    local bits, bad = read_checked(1, 'string', 'BITFIELD', KEYS[1], unpack(get))
+    if not bits then
+      return nil, bad
+    end
+    for k, bit in ipairs(bits) do
       if bit == 1 then
         dups[#dups + 1] = pids[first + k - 1]
       end
@@ -108,27 +117,68 @@ local function index_bits(pids)
   end
 end
 
-local function ack(ids)
+-- a stream entry id as two numbers, or nil when a part is too long to be exact as one
+local function stream_id(id)
+  local ms, seq = string.match(id, '^(%d+)%-(%d+)$')
+  if not ms or #ms > 15 or #seq > 15 then
+    return nil
+  end
+  return tonumber(ms), tonumber(seq)
+end
+
+-- Acknowledge the entries (`newest`: the newest of them) and take them out of the queue. The
+-- group reads the queue from its start, in order, so every entry before its oldest pending one is
+-- acknowledged: when all of ours lie before it (the usual case: the next page is read before this
+-- commit runs), one XTRIM MINID drops them with the rest of that run, whole stream nodes at a
+-- time, instead of an XDEL of each; otherwise (nothing left pending, or an older page pending
+-- elsewhere) each is deleted.
+local function ack(ids, newest)
+  if #ids == 0 then
+    return
+  end
   for first = 1, #ids, 1000 do
-    local last = math.min(#ids, first + 999)
-    redis.call('XACK', KEYS[2], ARGV[1], unpack(ids, first, last))
-    redis.call('XDEL', KEYS[2], unpack(ids, first, last))
+    redis.call('XACK', KEYS[2], ARGV[1], unpack(ids, first, math.min(#ids, first + 999)))
+  end
+  local oldest = redis.call('XPENDING', KEYS[2], ARGV[1])[2]
+  local ms, seq = stream_id(newest)
+  if oldest and ms then
+    local oldest_ms, oldest_seq = stream_id(oldest)
+    if oldest_ms and (ms < oldest_ms or (ms == oldest_ms and seq < oldest_seq)) then
+      redis.call('XTRIM', KEYS[2], 'MINID', oldest)
+      return
+    end
+  end
+  for first = 1, #ids, 1000 do
+    redis.call('XDEL', KEYS[2], unpack(ids, first, math.min(#ids, first + 999)))
   end
 end
 
-local kinds = {'string', 'stream', 'hash', 'hash', 'hash', 'zset'}
-for i = 7, #KEYS do
-  kinds[i] = 'hash'
+-- keys written without being read first are checked by TYPE; the others by their reads
+local kinds = {'', 'stream', '', '', '', ''}
+if ARGV[12] ~= '' then
+  kinds[5] = 'hash'
+end
+if ARGV[12] == 'unsealed' then
+  kinds[6] = 'zset'
 end
 local bad_type = wrong_type(kinds)
 if bad_type then
   return bad_type
 end
-if ARGV[8] ~= '' and redis.call('HGET', KEYS[4], '') ~= ARGV[8] then
-  return {'stale_workers'}
+if ARGV[11] ~= '' then
+  local generation, bad = read_checked(4, 'hash', 'HGET', KEYS[4], '')
+  if bad then
+    return bad
+  end
+  if generation ~= ARGV[11] then
+    return {'stale_workers'}
+  end
 end
 local rank = {simple = 1, compressed = 2, summary = 3}
-local meta = redis.call('HMGET', KEYS[3], 'max_pid', 'total', 'tier')
+local meta, bad_meta = read_checked(3, 'hash', 'HMGET', KEYS[3], 'max_pid', 'total', 'tier')
+if not meta then
+  return bad_meta
+end
 for i, field in ipairs({'max_pid', 'total'}) do
   if meta[i] and not string.match(meta[i], '^%d+$') then
     return {'err', 'corrupt_meta', field}
@@ -137,58 +187,60 @@ end
 if meta[3] and not rank[meta[3]] then
   return {'err', 'corrupt_meta', 'tier'}
 end
--- every statistics field the ops touch, one HMGET per key: checked here, reused below
-local pids = split(ARGV[4])
-local n = #pids
-local first_op = 11
-if ARGV[9] ~= '' then
-  first_op = 11 + n
+local n = tonumber(ARGV[4])
+local first_segment = 15
+if ARGV[12] ~= '' then
+  first_segment = 15 + 2 * n
 end
-local current, fields_of = {}, {}
-for i = first_op, #ARGV, 4 do
-  local k = tonumber(ARGV[i])
-  fields_of[k] = fields_of[k] or {}
-  table.insert(fields_of[k], i)
-end
-for k, ops in pairs(fields_of) do
-  local names = {}
-  for j, i in ipairs(ops) do
-    names[j] = ARGV[i + 2]
-  end
-  local values = {}
-  for first = 1, #names, 500 do -- well inside Lua's limit on unpacked arguments
-    for j, value in ipairs(redis.call('HMGET', KEYS[k], unpack(names, first, math.min(#names, first + 499)))) do
-      values[first + j - 1] = value
+-- every statistics field the segments touch, one HMGET per hash: checked here, reused below
+local segments = {}
+local at = first_segment
+while at <= #ARGV do
+  local k, adds, mins = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+  local count = adds + mins + tonumber(ARGV[at + 3])
+  local names = at + 4
+  local olds = {}
+  for first = 0, count - 1, 500 do -- well inside Lua's limit on unpacked arguments
+    local last = math.min(count, first + 500) - 1
+    local values, bad = read_checked(k, 'hash', 'HMGET', KEYS[k], unpack(ARGV, names + first, names + last))
+    if not values then
+      return bad
+    end
+    for j = 1, last - first + 1 do
+      olds[first + j] = values[j]
     end
   end
-  for j, i in ipairs(ops) do
-    local value = values[j]
-    if value and not (string.match(value, '^%-?%d+$') or (ARGV[i + 1] ~= '+' and tonumber(value))) then
-      return {'err', 'corrupt_meta', KEYS[k] .. ' ' .. ARGV[i + 2]}
+  for j = 1, count do
+    local old = olds[j]
+    if old and not (string.match(old, '^%-?%d+$') or (j > adds and tonumber(old))) then
+      return {'err', 'corrupt_meta', KEYS[k] .. ' ' .. ARGV[names + j - 1]}
     end
-    current[i] = value
   end
+  segments[#segments + 1] = {k, adds, adds + mins, count, names, olds}
+  at = names + 2 * count
 end
-local dups, set_index_bits = index_bits(pids)
+local dups, set_index_bits
+if ARGV[5] == 'bytes' then
+  dups, set_index_bits = index_bytes(tonumber(ARGV[6]), ARGV[7])
+else
+  dups, set_index_bits = index_bits(split(ARGV[6]))
+end
+if not dups then
+  return set_index_bits
+end
 if #dups > 0 then
   table.insert(dups, 1, 'dup')
   return dups
 end
 local meta_max = tonumber(meta[1] or '0')
-local max_pid = math.max(meta_max, tonumber(ARGV[7]))
+local max_pid = math.max(meta_max, tonumber(ARGV[10]))
 set_index_bits()
-if ARGV[9] ~= '' then
-  for first = 1, n, 500 do
-    local last = math.min(n, first + 499)
-    local pairs_ = {}
-    for i = first, last do
-      pairs_[#pairs_ + 1] = pids[i]
-      pairs_[#pairs_ + 1] = ARGV[10 + i]
-    end
-    redis.call('HSET', KEYS[5], unpack(pairs_))
+if ARGV[12] ~= '' then
+  for first = 15, 14 + 2 * n, 1000 do
+    redis.call('HSET', KEYS[5], unpack(ARGV, first, math.min(14 + 2 * n, first + 999)))
   end
-  if ARGV[9] == 'unsealed' then
-    local batches = split(ARGV[10])
+  if ARGV[12] == 'unsealed' then
+    local batches = split(ARGV[13])
     local members = {}
     for i = 2, #batches do
       members[#members + 1] = batches[1]
@@ -199,24 +251,34 @@ if ARGV[9] ~= '' then
     end
   end
 end
-ack(split(ARGV[5]))
-ack(split(ARGV[6]))
-local keep = {}
-for i = first_op, #ARGV, 4 do
-  local k, op, field, value = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local old = current[i]
-  if op == '+' then
-    value = decimal_add(old or '0', value)
-  end
-  if op == '+' or not old or (op == '<' and less(value, old)) or (op == '>' and less(old, value)) then
-    keep[k] = keep[k] or {}
-    table.insert(keep[k], field)
-    table.insert(keep[k], value)
-  end
+local acked = split(ARGV[8])
+for _, id in ipairs(split(ARGV[9])) do
+  acked[#acked + 1] = id
 end
-for k, pairs_ in pairs(keep) do
-  for first = 1, #pairs_, 1000 do -- 500 fields a call: well inside Lua's limit on unpacked arguments
-    redis.call('HSET', KEYS[k], unpack(pairs_, first, math.min(#pairs_, first + 999)))
+ack(acked, ARGV[14])
+for _, segment in ipairs(segments) do
+  local k, adds, last_min, count, names, olds = unpack(segment)
+  local out, m = {}, 0
+  for j = 1, count do
+    local value, old = ARGV[names + count + j - 1], olds[j]
+    local keep = true
+    if j <= adds then
+      if old then
+        value = decimal_add(old, value)
+      end
+    elseif old then
+      if j <= last_min then
+        keep = less(value, old)
+      else
+        keep = less(old, value)
+      end
+    end
+    if keep then
+      out[m + 1], out[m + 2], m = ARGV[names + j - 1], value, m + 2
+    end
+  end
+  for first = 1, m, 1000 do -- 500 fields a call: well inside Lua's limit on unpacked arguments
+    redis.call('HSET', KEYS[k], unpack(out, first, math.min(m, first + 999)))
   end
 end
 if max_pid > meta_max then
