@@ -192,11 +192,19 @@ class ArchiveLayer:
         two so the archiver can send the last page's commit in between (`archiver.daemon.pages`):
         Redis runs it while this process encodes the batches."""
         self.check_batch_size()
+        size, capacity = self.policy.batch_size, self.policy.capacity
         by_batch: dict[int, list[ArchivedPartition | ElkRecord]] = defaultdict(list)
         for part in parts:
-            by_batch[self.policy.batch_of(part.partition_id)].append(part)
-        archived = {b: [as_archived(p) for p in group] for b, group in by_batch.items()}
-        whole = {b for b, got in archived.items() if len({p.partition_id for p in got}) >= self.policy.capacity(b)}
+            by_batch[part.partition_id // size].append(part)
+        if all(type(p) is ArchivedPartition for p in parts):
+            archived: dict[int, list[ArchivedPartition]] = by_batch  # type: ignore[assignment]
+        else:
+            archived = {b: [as_archived(p) for p in group] for b, group in by_batch.items()}
+        whole = {
+            b
+            for b, got in archived.items()
+            if len(got) >= capacity(b) and len({p.partition_id for p in got}) >= capacity(b)
+        }
         rest = [p for b, group in by_batch.items() if b not in whole for p in group]
         pipe = self.redis.pipeline(transaction=False)
         staged_batches = self._queue_stage(pipe, rest)
@@ -211,16 +219,26 @@ class ArchiveLayer:
         return StagedPage({b: archived[b] for b in sorted(whole | full)}, read)
 
     def seal_page(self, page: StagedPage, tier: Tier, *, defer: bool = False) -> None:
-        """The second half of `stage_page`: the batches it found whole, sealed. ``defer``: the
-        bookkeeping after the seal (deleting the staged records it holds, the open-batch set, the
-        counters) goes with the next page's reads, one round trip less a page (`flush_cleanup`
-        does it now)."""
+        """The second half of `stage_page`: the batches it found whole, sealed. ``defer``: they are
+        encoded now, written with the next page's reads, and their bookkeeping (deleting the staged
+        records they hold, the open-batch set, the counters) goes with the reads after: two round
+        trips less a page. Until `flush_seals` (or the next `stage_page`) the records are neither
+        in their slots nor, for a batch whole in hand, staged: nothing may commit them before."""
         if page.to_seal:
             self.sealing.seal_read(page.to_seal, page.read, tier, defer=defer)
 
-    def flush_cleanup(self) -> None:
-        """Do now the bookkeeping that `seal_page` deferred."""
-        self.sealing.flush_cleanup()
+    def flush_seals(self, *, bookkeeping: bool = True) -> None:
+        """Write now what `seal_page` deferred, and (unless not ``bookkeeping``) do its bookkeeping."""
+        self.sealing.flush(bookkeeping=bookkeeping)
+
+    def drop_unwritten_seals(self) -> None:
+        """Forget what `seal_page` deferred and could not write (`BatchSealing.drop_unwritten`)."""
+        self.sealing.drop_unwritten()
+
+    @property
+    def unwritten_seals(self) -> bool:
+        """Whether seals that `seal_page` deferred wait to be written (`flush_seals`)."""
+        return self.sealing.unwritten
 
     def stage(self, parts: Sequence[ArchivedPartition | ElkRecord]) -> dict[int, int]:
         """Put records in their batches' staging hashes; returns each batch touched with the

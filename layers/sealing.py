@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from operator import lt
 from typing import Any
 
 import orjson
@@ -55,6 +56,7 @@ class _SealWrite:
     json_bytes: int
     blob_growth: int
     newest: int  # newest completion in the batch (the expiry index's score)
+    extra: Sequence[ArchivedPartition] = ()  # the records in hand it was sealed with (to seal again if refused)
 
 
 class BatchSealing:
@@ -71,6 +73,7 @@ class BatchSealing:
         self.shelves = shelves
         self.seals: Counter[int] = Counter()
         self._scripts = Scripts.of(client)
+        self._unwritten: list[tuple[list[_SealWrite], Tier]] = []  # seals encoded, not written yet
         self._deferred: list[tuple[list[_SealWrite], Tier]] = []  # seals written, bookkeeping not done yet
 
     def tier(self) -> Tier:
@@ -78,7 +81,7 @@ class BatchSealing:
 
     def seal_all(self) -> int:
         """Seal every batch with staged records, in batch order (the end of a bulk import)."""
-        self.flush_cleanup()
+        self.flush(writes=False)
         sealed = 0
         tier = self.tier()
         while raw := self._open_batches(1000):
@@ -92,7 +95,7 @@ class BatchSealing:
 
     def seal_idle(self, now: float | None = None, limit: int = 100) -> int:
         """Seal batches nobody staged into for ``seal_idle_s`` (partial batches and stragglers)."""
-        self.flush_cleanup()
+        self.flush(writes=False)
         cutoff = int(((now or time.time()) - self.policy.seal_idle_s) * 1000)
         raw: Any = self.redis.zrangebyscore(self.keys.open_batches, "-inf", cutoff, start=0, num=limit)
         tier = self.tier() if raw else None
@@ -106,7 +109,7 @@ class BatchSealing:
         ``tier`` is the tier the caller has just read (saves a round trip per batch); without
         it the tier is read here.
         """
-        self.flush_cleanup()
+        self.flush(writes=False)
         for _ in range(_SEAL_RETRIES):
             pipe = self.redis.pipeline(transaction=False)
             pipe.hgetall(self.keys.staging(batch_no))
@@ -134,7 +137,9 @@ class BatchSealing:
         check of the workers' numbers); the function returned takes the replies from the first of
         these commands on and gives what was read, the workers registered."""
         numbers = sorted(numbers)
-        skip, cleanup = self._queue_cleanup(pipe) if self._deferred else (0, None)
+        cleaned, cleanup = self._queue_cleanup(pipe) if self._deferred else (0, None)
+        written, writes = self._queue_writes(pipe) if self._unwritten else (0, None)
+        skip = cleaned + written
         for b in numbers:
             pipe.hgetall(self.keys.staging(b))
         parse = self.shelves.add_reads(pipe, numbers)
@@ -144,6 +149,8 @@ class BatchSealing:
         def finish(replies: Sequence[Any]) -> SealReads:
             if cleanup is not None:
                 cleanup(replies)
+            if writes is not None:
+                writes(replies[cleaned:])
             replies = replies[skip:]
             for reply in replies:
                 if isinstance(reply, Exception):
@@ -158,8 +165,9 @@ class BatchSealing:
         self, batches: dict[int, list[ArchivedPartition]], reads: SealReads, tier: Tier | None, *, defer: bool = False
     ) -> int:
         """`seal_many` once its reads are in: the batches encoded and written, a batch changed
-        since it was read sealed again on its own; returns the batches sealed. ``defer``: their
-        bookkeeping goes with the next round trip (`_write_seals`)."""
+        since it was read sealed again on its own; returns the batches sealed. ``defer``: they are
+        written with the next round trip this object makes (`queue_reads`, `flush`), their
+        bookkeeping with the one after, and counted as sealed."""
         tier = tier or self.tier()
         writes: list[_SealWrite] = []
         again = []
@@ -169,9 +177,14 @@ class BatchSealing:
                 writes.append(write)
             elif write is None:
                 again.append(b)
-        written = self._write_seals(writes, tier, defer=defer)
-        again += [w.batch_no for w in writes if w.batch_no not in written]
-        return len(written) + sum(self.seal(b, tier, batches[b]) for b in sorted(again))
+        resealed = sum(self.seal(b, tier, batches[b]) for b in again)
+        if defer:
+            if writes:
+                self._unwritten.append((writes, tier))
+            return len(writes) + resealed
+        written = self._write_seals(writes, tier)
+        refused = [w for w in writes if w.batch_no not in written]
+        return len(written) + resealed + sum(self.seal(w.batch_no, tier, w.extra) for w in refused)
 
     def shelve(self, stored: dict[int, StoredBatch]) -> int:
         """Move batch keys written before shelves into their slots, merged with what a slot already
@@ -200,6 +213,8 @@ class BatchSealing:
         if not staged and not extra:
             self.redis.zrem(self.keys.open_batches, str(batch_no))
             return False
+        if not staged and stored.blob is None and _ascending(extra):  # a batch whole in hand (the usual case)
+            return self._sealed_from(stored, extra, extra, 0, verify_workers)
         records = self._sealed(stored)
         json_bytes = 0
         extra_pids = {str(p.partition_id) for p in extra}
@@ -220,47 +235,102 @@ class BatchSealing:
         for part in extra:
             records[part.partition_id] = part
         unstaged = [p for p in extra if str(p.partition_id) not in staged_extra]
-        if unstaged:  # the archived JSON these records would have had: the list form plus the member names
-            as_lists = len(orjson.dumps(list(map(tuple, unstaged)))) - 1 - len(unstaged)
-            json_bytes += as_lists + _ARCHIVED_JSON_NAMES * len(unstaged)
         if not records:  # only corrupt records were staged: drop just those fields
             self.redis.hdel(self.keys.staging(batch_no), *staged.keys())
             return None
         merged = [records[pid] for pid in sorted(records)]
+        return self._sealed_from(stored, merged, extra, json_bytes, verify_workers, staged=staged, unstaged=unstaged)
+
+    def _sealed_from(
+        self,
+        stored: StoredBatch,
+        merged: Sequence[ArchivedPartition],
+        extra: Sequence[ArchivedPartition],
+        json_bytes: int,
+        verify_workers: bool,
+        *,
+        staged: dict[bytes, bytes] | None = None,
+        unstaged: Sequence[ArchivedPartition] | None = None,
+    ) -> _SealWrite:
+        """The seal of ``merged`` (in pid order); ``json_bytes`` counts the staged records'
+        JSON, to which that of ``unstaged`` (by default all of ``merged``) is added."""
+        unstaged = merged if unstaged is None else unstaged
+        if unstaged:  # the archived JSON these records would have had: the list form plus the member names
+            as_lists = len(orjson.dumps(list(map(tuple, unstaged)))) - 1 - len(unstaged)
+            json_bytes += as_lists + _ARCHIVED_JSON_NAMES * len(unstaged)
         names = {p.worker_id for p in merged}
         workers = self.workers.map
         if verify_workers or not all(w in workers for w in names):  # `seal_many` has registered its own
             workers = self.workers.register(names, verify=verify_workers)
         new_blob = encode_blob(merged, workers)
         return _SealWrite(
-            batch_no,
+            stored.batch_no,
             stored,
-            staged,
+            staged or {},
             new_blob,
             json_bytes,
             len(new_blob) - len(stored.blob or b""),
             max(p.completed_at for p in merged),
+            extra,
         )
 
-    def _write_seals(self, writes: list[_SealWrite], tier: Tier | None, *, defer: bool = False) -> set[int]:
+    def _write_seals(self, writes: list[_SealWrite], tier: Tier | None) -> set[int]:
         """Write the new blobs into their shelves (a script call per shelf, one round trip), then
-        for those not refused the bookkeeping (`_queue_cleanup`): at once, or with ``defer`` with
-        the next round trip this object makes (`queue_reads`, `flush_cleanup`). Returns the sealed."""
+        for those not refused the bookkeeping (`_queue_cleanup`), one more. Returns the sealed."""
         if not writes:
             return set()
         written = self.shelves.write([SlotWrite(w.batch_no, w.stored.slot, w.blob, w.stored.legacy) for w in writes])
+        self._written(writes, written, tier or self.tier())
+        self.flush(writes=False)
+        return written
+
+    def _written(self, writes: list[_SealWrite], written: set[int], tier: Tier) -> None:
+        """Seals whose slots were written: counted, their bookkeeping queued (`_queue_cleanup`)."""
         done = [w for w in writes if w.batch_no in written]
         for w in done:
             self.seals[w.batch_no] += 1
         if done:
-            self._deferred.append((done, tier or self.tier()))
-            if not defer:
-                self.flush_cleanup()
-        return {w.batch_no for w in done}
+            self._deferred.append((done, tier))
 
-    def flush_cleanup(self) -> None:
-        """Do the bookkeeping of seals written and not cleaned up yet (`_write_seals`), now."""
-        if self._deferred:
+    def _queue_writes(self, pipe: Any) -> tuple[int, Callable[[Sequence[Any]], None]]:
+        """Queue on ``pipe`` the slot writes of the seals `seal_read` deferred; the function
+        returned takes their replies, queues the bookkeeping of those written and seals again,
+        now, each batch refused (changed since it was read)."""
+        pending = list(self._unwritten)  # left there until written: a pipeline that fails is sent again
+        writes = [(w, tier) for group, tier in pending for w in group]
+        count, finish = self.shelves.queue_write(
+            pipe, [SlotWrite(w.batch_no, w.stored.slot, w.blob, w.stored.legacy) for w, _ in writes]
+        )
+
+        def written(replies: Sequence[Any]) -> None:
+            done = finish(replies[:count])
+            for w, tier in writes:
+                if w.batch_no not in done:
+                    self.seal(w.batch_no, tier, w.extra)
+            del self._unwritten[: len(pending)]  # every one written, or sealed again
+            for group, tier in pending:
+                self._written(group, done, tier)
+
+        return count, written
+
+    @property
+    def unwritten(self) -> bool:
+        """Whether seals `seal_read` deferred wait to be written."""
+        return bool(self._unwritten)
+
+    def drop_unwritten(self) -> None:
+        """Forget the seals `seal_read` deferred (they could not be written: the caller does not
+        commit their records, which stay pending in the queue and are archived again later)."""
+        self._unwritten.clear()
+
+    def flush(self, *, writes: bool = True, bookkeeping: bool = True) -> None:
+        """Write the seals `seal_read` deferred (``writes``) and do the bookkeeping of every seal
+        written (``bookkeeping``), now."""
+        if self._unwritten and writes:
+            pipe = self.redis.pipeline(transaction=False)
+            _, written = self._queue_writes(pipe)
+            written(pipe.execute(raise_on_error=False))
+        if self._deferred and bookkeeping:
             pipe = self.redis.pipeline(transaction=False)
             _, finish = self._queue_cleanup(pipe)
             finish(pipe.execute(raise_on_error=False))
@@ -273,7 +343,7 @@ class BatchSealing:
 
         Deferred, this is harmless: until it runs, a sealed record is also still staged, as it
         is after a crash between the two (the next seal of its batch merges the same record)."""
-        seals, self._deferred = self._deferred, []
+        seals = list(self._deferred)  # left there until done: a pipeline that fails is sent again
         done = [w for group, _ in seals for w in group]
         expiring = {str(w.batch_no): w.newest for group, tier in seals if tier is Tier.SUMMARY for w in group}
         cleanups, cleaned = self._scripts.queue_calls(
@@ -294,6 +364,7 @@ class BatchSealing:
         count = cleanups + bool(expiring) + 3 + len(done)
 
         def finish(all_replies: Sequence[Any]) -> None:
+            del self._deferred[: len(seals)]
             replies = all_replies[:count]
             late = any(isinstance(reply, NoScriptError) for reply in replies[:cleanups])
             cleaned(replies)
@@ -338,6 +409,12 @@ class BatchSealing:
         except DecodeError:
             self.workers.refresh()  # another archiver may have registered new workers
             return decode_blob(blob, self.workers.map)
+
+
+def _ascending(parts: Sequence[ArchivedPartition]) -> bool:
+    """Whether the records' pids strictly ascend (each pid once, in order)."""
+    pids = [p.partition_id for p in parts]
+    return all(map(lt, pids, pids[1:]))
 
 
 def find_in_batch_steps(workers: WorkerNumbers, blob: bytes, pid: int) -> Steps[ArchivedPartition | None]:

@@ -114,32 +114,47 @@ class ShelfStore:
         return add_shelf_reads(pipe, self.keys, numbers, self._quarantine if repair else None)
 
     def write(self, writes: Sequence[SlotWrite]) -> set[int]:
-        """Write slots, one script call per shelf; returns the batches written (the others
-        changed since they were read); the old per-batch keys of those written are deleted."""
+        """Write slots, one script call per shelf (one round trip); returns the batches written
+        (the others changed since they were read); the old per-batch keys of those written are
+        deleted."""
+        pipe = self.redis.pipeline(transaction=False)
+        _, finish = self.queue_write(pipe, writes)
+        return finish(pipe.execute(raise_on_error=False))
+
+    def queue_write(
+        self, pipe: Any, writes: Sequence[SlotWrite]
+    ) -> tuple[int, Callable[[Sequence[Any]], set[int]]]:
+        """`write` on the caller's pipeline (run with ``raise_on_error=False``): how many replies it
+        takes, first in the pipeline's, and the function that turns them into the batches written."""
         by_shelf: dict[int, list[SlotWrite]] = defaultdict(list)
         for w in writes:
             by_shelf[w.batch_no // SHELF_SLOTS].append(w)
+        shelves = sorted(by_shelf.items())
         calls = []
-        for s, group in sorted(by_shelf.items()):
+        for s, group in shelves:
             args: list[Any] = [SHELF_SLOTS]
             for w in group:
                 args += [w.batch_no % SHELF_SLOTS, shelved(w.held or b""), shelved(w.blob)]
             calls.append(("shelf_put", [self.keys.shelf(s)], args))
-        replies = self._scripts.run_many(calls)
-        written: list[int] = []
-        for (s, group), reply in zip(sorted(by_shelf.items()), replies, strict=True):
-            refused = script_error(reply)
-            if refused is not None:
-                if refused.code != "corrupt":
-                    raise RuntimeError(f"shelf_put refused: {refused.detail}")
-                self._quarantine(s, self.redis.get(self.keys.shelf(s)), refused.detail)
-                continue
-            written += [w.batch_no for w, ok in zip(group, reply, strict=True) if int(ok)]
-        done = set(written)
-        old = [(w.batch_no, w.legacy) for w in writes if w.legacy and w.batch_no in done]
-        if old:
-            self._scripts.run_many([("del_if_equal", [self.keys.batch(b)], [raw]) for b, raw in old])
-        return done
+        count, replies_of = self._scripts.queue_calls(pipe, calls)
+
+        def finish(replies: Sequence[Any]) -> set[int]:
+            written: list[int] = []
+            for (s, group), reply in zip(shelves, replies_of(replies), strict=True):
+                refused = script_error(reply)
+                if refused is not None:
+                    if refused.code != "corrupt":
+                        raise RuntimeError(f"shelf_put refused: {refused.detail}")
+                    self._quarantine(s, self.redis.get(self.keys.shelf(s)), refused.detail)
+                    continue
+                written += [w.batch_no for w, ok in zip(group, reply, strict=True) if int(ok)]
+            done = set(written)
+            old = [(w.batch_no, w.legacy) for w in writes if w.legacy and w.batch_no in done]
+            if old:
+                self._scripts.run_many([("del_if_equal", [self.keys.batch(b)], [raw]) for b, raw in old])
+            return done
+
+        return count, finish
 
     def _quarantine(self, shelf_no: int, raw: Any, reason: str) -> None:
         """Keep a shelf with a damaged table aside (its blobs cannot be told apart) and remove it,

@@ -339,6 +339,19 @@ class CommitBuffer:
         self._waiting.note_newest(rest.newest)
         self._since = self._clock() - self.flush_interval_s if len(self._waiting) else 0.0
 
+    def discard(self, entry_ids: set[str]) -> None:
+        """Take these entries out of what waits (they are not to be committed now)."""
+        waiting = self._waiting
+        keep = [entry_id not in entry_ids for entry_id in waiting.entry_ids]
+        if all(keep):
+            return
+        ids = [entry_id for entry_id, k in zip(waiting.entry_ids, keep, strict=True) if k]
+        queued = [entry_id for entry_id in ids if entry_id != "-"]
+        newest = max(queued, key=_id_order, default="")
+        self._waiting = Pending(ids, waiting.cols.select(keep), waiting.detail if ids else "", newest)
+        if not ids:
+            self._since = 0.0
+
     def flush(self) -> CommitResult:
         """Commit everything waiting (one round trip; two if some was archived already). On
         failure it stays buffered, unacknowledged."""

@@ -15,7 +15,9 @@ from archiver import ArchiverDaemon, Config
 from archiver.daemon.loop import drain
 from codec import ArchivedPartition
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema
+from layers.errors import WrongKeyType
 from layers.replies import as_text
+from stats import StatsChecker
 from tests.helpers import archive_now, complete_partitions, start_archiver, wait_for
 
 
@@ -254,3 +256,35 @@ def test_a_page_is_read_the_same_whatever_the_client_decodes(
     finally:
         client.delete(keys.queue)
         client.close()
+
+
+def test_a_page_whose_deferred_seals_cannot_be_written_is_not_committed(
+    real_redis: redis.Redis, namespace: str
+) -> None:
+    """A page's seals are written with the next page's reads. When that write fails (here a
+    foreign key where the page's shelf goes), the page is not committed: its entries stay
+    pending, are taken over once idle and archived then, each counted once."""
+    keys = KeySchema(namespace)
+    complete_partitions(real_redis, namespace, 300)
+    daemon = _daemon(real_redis, namespace, compressed_from=0, read_count=100, claim_idle_ms=200)
+    pages = []
+
+    def fault(where: str) -> None:
+        if where == "after_read":
+            pages.append(where)
+            if len(pages) == 2:  # page 1's seal of batch 0 waits to go with page 2's reads
+                real_redis.rpush(keys.shelf(0), "not a shelf")
+
+    daemon.fault_point = fault  # type: ignore[method-assign]
+    daemon.queue.ensure_group()
+    assert daemon.run_once() == 100
+    with pytest.raises(WrongKeyType, match="is a list"):
+        daemon.run_once()
+    assert not real_redis.bitcount(keys.index) and daemon.queue.state().pending == 200  # nothing committed
+    real_redis.delete(keys.shelf(0))
+    time.sleep(0.3)
+    drain(daemon)
+    assert int(real_redis.bitcount(keys.index)) == 300 and daemon.queue.state().pending == 0
+    sealed = daemon.archive.decode_batch(daemon.archive.batch_blob(0))  # type: ignore[arg-type]
+    assert [p.partition_id for p in sealed] == list(range(1, 100))
+    assert StatsChecker(real_redis, keys).check().ok and daemon.dead_lettered == 0

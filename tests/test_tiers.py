@@ -361,25 +361,44 @@ def test_a_seal_closes_its_batch_after_the_server_forgot_the_cleanup_script(
     assert layer.decode_batch(layer.batch_blob(3)) == parts(300, 50)  # type: ignore[arg-type]
 
 
-def test_a_seals_bookkeeping_deferred_goes_with_the_next_reads(real_redis: redis.Redis, namespace: str) -> None:
-    """The archiver's pages: the bookkeeping after a seal (its staged records deleted, its batch
-    closed, the byte counters) waits for the next page's reads, or `flush_cleanup`; meanwhile the
-    partition answers from the batch or its staging, the same record."""
+def test_a_seal_deferred_is_written_with_the_next_reads_and_its_bookkeeping_after(
+    real_redis: redis.Redis, namespace: str
+) -> None:
+    """The archiver's pages: a page's seals are written with the next page's reads (or by
+    `flush_seals`) and their bookkeeping (staged records deleted, batch closed, byte counters)
+    with the reads after; meanwhile a record staged before answers from its staging."""
     layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=3600)
     keys, q = layer.keys, router(real_redis, namespace, layer)
     layer.seal_page(layer.stage_page(parts(1, 150)), Tier.COMPRESSED, defer=True)  # 100..150 staged
-    assert layer.batch_blob(0) and layer.compression_ratio() == 0.0  # batch 0's counters wait
+    assert layer.unwritten_seals and layer.batch_blob(0) is None  # batch 0: encoded, not written
     layer.seal_page(layer.stage_page(parts(151, 49)), Tier.COMPRESSED, defer=True)  # batch 1 whole in staging
-    assert layer.compression_ratio() > 0  # batch 0's went with these reads
+    assert layer.decode_batch(layer.batch_blob(0)) == parts(1, 99)  # type: ignore[arg-type]
+    assert layer.batch_blob(1) is None and layer.compression_ratio() == 0.0  # batch 0's counters wait
+    assert real_redis.hlen(keys.staging(1)) == 100 and q.get(180).partition == parts(180, 1)[0]
+    layer.seal_page(layer.stage_page(parts(200, 10)), Tier.COMPRESSED, defer=True)  # batch 1 written now
     assert layer.decode_batch(layer.batch_blob(1)) == parts(100, 100)  # type: ignore[arg-type]
-    assert real_redis.hlen(keys.staging(1)) == 100 and layer.open_batch_count() == 1  # not cleaned up yet
-    assert q.get(120).partition == parts(120, 1)[0] and q.get(180).partition == parts(180, 1)[0]
-    layer.seal_page(layer.stage_page(parts(200, 10)), Tier.COMPRESSED, defer=True)  # rides with these reads
-    assert not real_redis.exists(keys.staging(1)) and layer.open_batch_count() == 1  # batch 2, staged now
+    assert real_redis.hlen(keys.staging(1)) == 100 and layer.compression_ratio() > 0  # batch 1's bookkeeping waits
     layer.seal_page(layer.stage_page(parts(210, 90)), Tier.COMPRESSED, defer=True)
-    assert layer.open_batch_count() == 1
-    layer.flush_cleanup()
-    assert layer.open_batch_count() == 0 and not real_redis.exists(keys.staging(2))
+    assert not real_redis.exists(keys.staging(1)) and layer.unwritten_seals
+    layer.flush_seals()
+    assert not layer.unwritten_seals and layer.open_batch_count() == 0 and not real_redis.exists(keys.staging(2))
+    for pid in (1, 120, 199, 250, 299):
+        assert q.get(pid).source is Source.BATCH and q.get(pid).partition == parts(pid, 1)[0], pid
     blob_bytes = sum(len(layer.batch_blob(b) or b"") for b in range(3))
     json_bytes = sum(len(p.to_json()) for p in parts(1, 299))
     assert layer.compression_ratio() == round(json_bytes / blob_bytes, 2)  # every seal counted, once
+
+
+def test_a_seal_deferred_and_refused_is_sealed_again_with_what_changed(real_redis: redis.Redis, namespace: str) -> None:
+    """Another archiver writes the batch's slot between a page's read and its deferred write: the
+    write is refused and the batch sealed again, from both."""
+    layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=3600)
+    other = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=3600)
+    mine = parts(300, 100)
+    layer.seal_page(layer.stage_page(mine), Tier.COMPRESSED, defer=True)  # batch 3, whole in hand
+    theirs = [ArchivedPartition(p.partition_id, p.min_id, p.max_id, "z", p.completed_at, 1) for p in mine[:10]]
+    other.write_detail(theirs[:5])  # staged by the other, then ...
+    other.sealing.seal(3, Tier.COMPRESSED)  # ... sealed into the slot
+    layer.flush_seals()
+    assert layer.decode_batch(layer.batch_blob(3)) == mine  # type: ignore[arg-type]  # the records in hand win
+    assert layer.sealing.seals[3] == 1 and not real_redis.exists(layer.keys.staging(3))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from itertools import compress
+from typing import TypeVar
 
 import redis
 import structlog
@@ -36,6 +37,7 @@ from layers.readahead import ReadAhead
 from stats.commit import Call, CommitResult, Detail, Pending
 
 log = structlog.get_logger("partarchive.archiver")
+T = TypeVar("T")
 
 
 class PageArchiver:
@@ -61,6 +63,7 @@ class PageArchiver:
         self._prepared: tuple[Pending, Call] | None = None  # the next commit, built, not sent yet
         self._unsent: tuple[Pending, Call] | None = None  # the commit to send once this page's reads are in
         self._sent: Pending | None = None  # what the commit sent with this page commits (reply not read yet)
+        self._unwritten_ids: list[str] = []  # entries of pages whose seals are deferred (`ArchiveLayer.seal_page`)
         self._flushes = STATS_FLUSHES.labels(namespace=ns.keys.namespace)
 
     # reading
@@ -155,9 +158,12 @@ class PageArchiver:
         detail: Detail = "simple" if self.tier is Tier.SIMPLE else "unsealed" if unsealed else ""
         travels = bool(detail) and self.commit_buffer.pending + len(cols) >= self.commit_buffer.flush_count
         if not travels and not detail:  # sealed: the commit built before goes out between the halves
-            staged = self.archive.stage_page(cols.records())
+            staged = self._writing_deferred(lambda: self.archive.stage_page(cols.records()))
             self._send_unsent()
-            self.archive.seal_page(staged, self.tier, defer=self.reader is not None)
+            defer = self.reader is not None
+            self.archive.seal_page(staged, self.tier, defer=defer)
+            if defer:
+                self._unwritten_ids += entry_ids
         elif not travels:
             self.archive.write_detail(cols, unsealed=unsealed, tier=self.tier)
         self.commit_buffer.add_page(entry_ids, cols, detail if travels else "")
@@ -184,7 +190,7 @@ class PageArchiver:
         """Commit everything buffered now, in turn (on failure it stays buffered), and finish the
         bookkeeping of the seals written (`ArchiveLayer.seal_page`): the queue has run dry, or
         the archiver stops."""
-        self.archive.flush_cleanup()
+        self._writing_deferred(self.archive.flush_seals)
         self._restore(self._prepared)
         self._prepared = None
         if self.commit_buffer.pending:
@@ -200,10 +206,37 @@ class PageArchiver:
             self.commit_buffer.restore(pending)
             raise
 
+    def _writing_deferred(self, step: Callable[[], T]) -> T:
+        """Run a step that writes the seals deferred by earlier pages. If it fails with some still
+        unwritten, their pages' entries leave what waits for a commit: never acknowledged, they
+        stay pending in the queue and are archived again (taken over after ``claim_idle_ms``), as
+        the entries of a page whose detail could not be written are."""
+        try:
+            done = step()
+        except BaseException:
+            if self.archive.unwritten_seals:
+                self._forget_unwritten()
+            raise
+        if not self.archive.unwritten_seals:
+            self._unwritten_ids.clear()
+        return done
+
+    def _forget_unwritten(self) -> None:
+        self.archive.drop_unwritten_seals()
+        lost, self._unwritten_ids = set(self._unwritten_ids), []
+        for built in (self._unsent, self._prepared):
+            self._restore(built)
+        self._unsent = self._prepared = None
+        self.commit_buffer.discard(lost)
+        log.warning("seals could not be written: their entries are left to be archived again", entries=len(lost))
+
     def _send_unsent(self) -> None:
-        """Send the commit due with this page, if not sent yet: once the page's detail has been read
-        (the reads would wait for the commit in Redis otherwise), before it is encoded."""
+        """Send the commit due with this page, if not sent yet: once the page's reads are in (they
+        would wait for the commit in Redis otherwise), which also wrote the seals of the page
+        before (`ArchiveLayer.seal_page`), before this page is encoded."""
         if self._unsent is not None:
+            if self.archive.unwritten_seals:  # the detail of what it commits is written first
+                self._writing_deferred(lambda: self.archive.flush_seals(bookkeeping=False))
             prepared, self._unsent = self._unsent, None
             self._send(prepared)  # given back to the buffer if it fails
             self._sent = prepared[0]
