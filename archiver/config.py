@@ -85,6 +85,7 @@ class Config:
             critical_for_s=self.skip_compression_for_s,
             critical_age_s=self.skip_compression_age_s,
             low_water=self.skip_compression_low_water,
+            looks_every_s=self.maintenance_interval_s,
         )
 
     @property

@@ -33,6 +33,7 @@ from layers.tiers import Tier
 
 SKIP = "skip"
 NORMAL = "normal"
+MISSED_LOOKS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,14 @@ class PressureSettings:
     critical_for_s: float = 10.0
     critical_age_s: float = 60.0
     low_water: int = 1_000
+    #: How often the lock holder looks (the maintenance interval): "critical for 10 s" must be seen
+    #: look after look; looks more than `MISSED_LOOKS` of these apart start the count again.
+    looks_every_s: float = 1.0
+
+    @property
+    def unwatched_after_s(self) -> float:
+        """The gap between two looks after which a critical backlog is not known to have lasted."""
+        return MISSED_LOOKS * max(self.looks_every_s, 0.5)
 
     def __post_init__(self) -> None:
         if self.critical_backlog < 0 or self.critical_for_s < 0 or self.critical_age_s < 0:
@@ -131,9 +140,10 @@ class BacklogPressure:
 
         On: in a batch tier, with at least the low-water mark waiting, when the oldest entry is
         older than ``critical_age_s`` or the backlog has stayed above ``critical_backlog`` for
-        ``critical_for_s``, seen so at every call: a backlog last seen critical longer ago than
-        that (the archivers were stopped, or drained it and stopped before looking again) starts
-        its count afresh. Off: once the backlog is under the low-water mark."""
+        ``critical_for_s``, seen so at every call: a backlog last seen critical more than a few
+        looks ago (`PressureSettings.unwatched_after_s`: the archivers were stopped, or drained it
+        and stopped before looking again) starts its count afresh. Off: once the backlog is under
+        the low-water mark."""
         now = time.time() if now is None else now
         k = self.keys
         fields = {as_text(a): as_text(b) for a, b in self.redis.hgetall(k.pressure).items()}  # type: ignore[union-attr]
@@ -142,8 +152,8 @@ class BacklogPressure:
         seen_at = _float(fields.get("critical_seen_at"))
         over = bool(settings.critical_backlog) and backlog.length > settings.critical_backlog
         pipe = self.redis.pipeline(transaction=False)
-        if over and critical_since is not None and (seen_at is None or now - seen_at > settings.critical_for_s):
-            critical_since = None  # nobody looked for a while (every archiver stopped): not known to have lasted
+        if over and critical_since is not None and (seen_at is None or now - seen_at > settings.unwatched_after_s):
+            critical_since = None  # nobody looked for a while (the archivers stopped): not known to have lasted
         if over:
             if critical_since is None:
                 critical_since = now
