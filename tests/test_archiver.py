@@ -280,7 +280,7 @@ def test_a_page_whose_deferred_seals_cannot_be_written_is_not_committed(
     assert daemon.run_once() == 100
     with pytest.raises(WrongKeyType, match="is a list"):
         daemon.run_once()
-    assert not real_redis.bitcount(keys.index) and daemon.queue.state().pending == 200  # nothing committed
+    assert not real_redis.bitcount(keys.index) and daemon.queue.state().length == 300  # nothing committed
     real_redis.delete(keys.shelf(0))
     time.sleep(0.3)
     drain(daemon)
@@ -288,3 +288,19 @@ def test_a_page_whose_deferred_seals_cannot_be_written_is_not_committed(
     sealed = daemon.archive.decode_batch(daemon.archive.batch_blob(0))  # type: ignore[arg-type]
     assert [p.partition_id for p in sealed] == list(range(1, 100))
     assert StatsChecker(real_redis, keys).check().ok and daemon.dead_lettered == 0
+
+
+def test_a_page_read_ahead_is_archived_when_the_archiver_stops(real_redis: redis.Redis, namespace: str) -> None:
+    """A full page makes the archiver read the next one at once; stopping then archives that page
+    too (delivered to it, it is its to finish) and leaves the rest of the queue to the others."""
+    keys = KeySchema(namespace)
+    complete_partitions(real_redis, namespace, 250)
+    daemon = _daemon(real_redis, namespace, read_count=100)
+    daemon.queue.ensure_group()
+    assert daemon.run_once() == 100
+    assert daemon.pages.reader is not None and daemon.pages.reader.prefetched
+    assert daemon.queue.state().pending == 200  # the page in hand and the one read ahead
+    daemon.finish()
+    state = daemon.queue.state()
+    assert state.pending == 0 and state.length == 50 and real_redis.hlen(keys.completed) == 200
+    assert int(real_redis.bitcount(keys.index)) == 200 and StatsChecker(real_redis, keys).check().ok

@@ -86,6 +86,12 @@ class PageArchiver:
             self._restore(prepared)
             raise
         self.read_wait_s = 0.0 if due else time.monotonic() - started
+        if len(ids) >= self.config.read_count:  # the queue holds more: Redis reads the next page meanwhile
+            try:
+                self.reader.prefetch()
+            except BaseException:
+                self._restore(prepared)
+                raise
         if prepared is None and due:
             prepared = self._prepare()
         self._unsent, self._sent = prepared, None
@@ -189,7 +195,11 @@ class PageArchiver:
     def commit(self) -> None:
         """Commit everything buffered now, in turn (on failure it stays buffered), and finish the
         bookkeeping of the seals written (`ArchiveLayer.seal_page`): the queue has run dry, or
-        the archiver stops."""
+        the archiver stops (a page read ahead is archived first: delivered here, it is this
+        archiver's to finish)."""
+        if self.reader is not None and self.reader.prefetched:
+            ids, payloads = self.reader.read(0)
+            self._archive(ids, payloads)
         self._writing_deferred(self.archive.flush_seals)
         self._restore(self._prepared)
         self._prepared = None
