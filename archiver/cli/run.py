@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
+import threading
+from collections.abc import Callable
 from dataclasses import replace
+from typing import TypeVar
+
+import redis
 
 from archiver.cli.args import CliError, check_port
 from archiver.cli.target import open_namespace
 from archiver.config import Config
 from archiver.engine import client_for
 from archiver.namespace import Namespace
+
+T = TypeVar("T")
 
 
 def command(args: argparse.Namespace, config: Config) -> int:
@@ -31,11 +39,11 @@ def command(args: argparse.Namespace, config: Config) -> int:
 
         if args.metrics_port is not None:
             raise CliError("--metrics-port reports one namespace: serve it per namespace (partarchive serve)")
-        client = client_for(config)
-        configs = [Namespace.bound(client, replace(config, namespace=name)).config for name in args.namespaces]
+        client = _when_ready(functools.partial(client_for, config))
+        configs = [_when_ready(functools.partial(_bound, client, config, name)).config for name in args.namespaces]
         MultiArchiver(client, configs, consumer=args.consumer).run()
         return 0
-    ns = open_namespace(config, existing=False)
+    ns = _when_ready(lambda: open_namespace(config, existing=False))
     daemon = ArchiverDaemon(ns.redis, ns.config, consumer=args.consumer)
     if args.metrics_port is not None:
         from prometheus_client import start_http_server
@@ -50,6 +58,21 @@ def command(args: argparse.Namespace, config: Config) -> int:
             raise CliError(_port_error(args, exc)) from None
     daemon.run()
     return 0
+
+
+def _bound(client: redis.Redis, config: Config, name: str) -> Namespace:
+    return Namespace.bound(client, replace(config, namespace=name))
+
+
+def _when_ready(step: Callable[[], T]) -> T:
+    """``step()`` once Redis answers (`until_ready`); SIGTERM before then ends the process, as
+    nothing is in hand yet."""
+    from archiver.daemon.loop import until_ready
+
+    result = until_ready(step, threading.Event())
+    if result is None:  # nothing sets the event: unreachable
+        raise CliError("stopped before Redis answered")
+    return result
 
 
 def _processes(args: argparse.Namespace) -> tuple[int, bool]:
@@ -81,8 +104,8 @@ def _supervise(args: argparse.Namespace, config: Config, processes: int, auto: b
     if args.consumer:
         raise CliError("--consumer names one process: with --processes each child names itself")
     names = args.namespaces or [config.namespace]
-    client = client_for(config) if auto or args.metrics_port is not None else None
-    spaces = [] if client is None else [Namespace.bound(client, replace(config, namespace=n)) for n in names]
+    client = _when_ready(functools.partial(client_for, config)) if auto or args.metrics_port is not None else None
+    spaces = [] if client is None else [_when_ready(functools.partial(_bound, client, config, n)) for n in names]
     keys = [ns.keys for ns in spaces]
     scaler = None
     if auto:

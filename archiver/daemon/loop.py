@@ -18,16 +18,18 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 import structlog
+from redis.exceptions import OutOfMemoryError, ReadOnlyError
 
 from archiver.config import Config
 from archiver.daemon.backlog import BacklogGuard
 from archiver.daemon.pacing import MaintenancePacer
 from archiver.daemon.pages import PageArchiver
 from archiver.daemon.shutdown import GracefulShutdown
+from archiver.engine import EngineUnreachable
 from archiver.metrics import CONSUMERS_REMOVED, GROUP_RECREATED
 from archiver.namespace import Namespace
 from layers import (
@@ -36,9 +38,22 @@ from layers import (
 from layers.errors import CorruptMetadata, SlotMoving, WrongKeyType
 from layers.liveness import STALE_AFTER_S, ArchiverHealth
 from layers.meta import find_wrong_type, typed_errors
+from layers.slot_moves import MOVING_ERRORS
 from stats.index_check import IndexCheck
 
+T = TypeVar("T")
 log = structlog.get_logger("partarchive.archiver")
+# Refusals that pass by themselves: Redis not up yet, restarting or loading (`BusyLoadingError` is
+# a ConnectionError), at maxmemory, a replica not yet promoted, a slot on the move.
+WAIT_AT_START = (
+    EngineUnreachable,
+    redis.ConnectionError,
+    redis.TimeoutError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    SlotMoving,
+    *MOVING_ERRORS,
+)
 
 BACKOFF_BASE_S = 0.5
 BACKOFF_MAX_S = 30.0
@@ -125,19 +140,13 @@ class ArchiverDaemon:
                 self.finish()
 
     def when_reachable(self, step: Callable[[], object]) -> bool:
-        """Run ``step``, waiting with backoff while Redis cannot be reached (a restart, a cluster
-        failover); False if stopped first. Other errors are raised."""
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                step()
-                return True
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                failures += 1
-                delay = backoff_s(failures)
-                log.warning("redis unreachable at start, retrying", error=str(exc), retry_in_s=delay)
-                self._stop.wait(delay)
-        return False
+        """Run ``step`` `until_ready`; False if stopped first."""
+
+        def ran() -> bool:
+            step()
+            return True
+
+        return until_ready(ran, self._stop) is not None
 
     def start(self) -> None:
         """Join the group and handle what this consumer name left pending (settings checked)."""
@@ -351,6 +360,22 @@ class ArchiverDaemon:
         if adopted:
             log.info("adopted elk_coordinator completions", count=adopted)
         return adopted
+
+
+def until_ready(step: Callable[[], T], stop: threading.Event) -> T | None:
+    """``step()``, waiting with backoff while Redis cannot be reached or refuses for a while (a
+    restart, a failover, a slot move, ``maxmemory`` with noeviction): a daemon started then waits,
+    as one already running does. None if ``stop`` is set first; other errors are raised."""
+    failures = 0
+    while not stop.is_set():
+        try:
+            return step()
+        except WAIT_AT_START as exc:
+            failures += 1
+            delay = backoff_s(failures)
+            log.warning("redis not ready at start, retrying", error=str(exc), retry_in_s=delay)
+            stop.wait(delay)
+    return None
 
 
 def backoff_s(failures: int) -> float:

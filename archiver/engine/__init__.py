@@ -3,6 +3,7 @@
 from archiver.engine.connect import (
     Engine,
     EngineError,
+    EngineUnreachable,
     async_client_for,
     async_connect,
     async_twin,
@@ -16,6 +17,7 @@ from archiver.engine.embedded import open_engine
 __all__ = [
     "Engine",
     "EngineError",
+    "EngineUnreachable",
     "async_client_for",
     "async_connect",
     "async_twin",

@@ -26,6 +26,11 @@ class EngineError(PartArchiveError):
     """The Redis server cannot be reached or the embedded engine cannot start."""
 
 
+class EngineUnreachable(EngineError):
+    """The server did not answer, or answered that it is loading its data: it may yet (a daemon
+    started with it waits; a one-shot command says so and exits)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Engine:
     client: redis.Redis
@@ -80,7 +85,8 @@ def connect(url: str, *, cluster: bool = False, password: str | None = None) -> 
         raise EngineError(f"invalid Redis URL {safe!r}: {_redacted(str(exc), url, password)}") from None
     except (redis.RedisError, RedisClusterException) as exc:
         what = "Redis Cluster" if cluster else "Redis"
-        raise EngineError(f"cannot reach {what} at {safe}: {_redacted(str(exc), url, password)}") from None
+        error = EngineUnreachable if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)) else EngineError
+        raise error(f"cannot reach {what} at {safe}: {_redacted(str(exc), url, password)}") from None
     return client
 
 

@@ -28,7 +28,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelManagedConnection
 
 from archiver.config import Config
-from archiver.engine.connect import Engine, EngineError
+from archiver.engine.connect import Engine, EngineError, EngineUnreachable
 
 T = TypeVar("T")
 PROBE_TIMEOUT_S = 2.0
@@ -172,7 +172,8 @@ def connect_sentinel(config: Config) -> redis.Redis:
     except redis.RedisError as exc:
         client.close()
         reason = _hidden(str(exc), secrets)
-        raise EngineError(f"cannot reach the primary of {master!r} at {primary}: {reason}") from None
+        error = EngineUnreachable if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)) else EngineError
+        raise error(f"cannot reach the primary of {master!r} at {primary}: {reason}") from None
     return client
 
 
@@ -181,6 +182,7 @@ def discover_primary(sentinels: list[tuple[str, int]], master: str, password: st
     why not, as one line: no sentinel reachable, a refused password, or no such master."""
     unknown: list[str] = []
     failures: list[str] = []
+    refused = False  # a password refused or not a Sentinel: waiting will not help
     for host, port in sentinels:
         where = _address(host, port)
         probe = redis.Redis(
@@ -195,9 +197,11 @@ def discover_primary(sentinels: list[tuple[str, int]], master: str, password: st
             found = probe.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", master)  # type: ignore[no-untyped-call]
         except AuthenticationError as exc:
             failures.append(f"{where} refused the password (PARTARCHIVE_SENTINEL_PASSWORD): {exc}")
+            refused = True
             continue
         except redis.ResponseError as exc:
             failures.append(f"{where} is not a Sentinel ({exc})")
+            refused = True
             continue
         except (redis.RedisError, OSError) as exc:
             failures.append(f"{where}: {exc}")
@@ -211,7 +215,8 @@ def discover_primary(sentinels: list[tuple[str, int]], master: str, password: st
     every = ", ".join(_address(h, p) for h, p in sentinels)
     if unknown:
         raise EngineError(f"no Sentinel at {every} monitors a master named {master!r}")
-    raise EngineError(f"cannot reach Sentinel at {every}: {_hidden('; '.join(failures), secrets)}")
+    error = EngineError if refused else EngineUnreachable
+    raise error(f"cannot reach Sentinel at {every}: {_hidden('; '.join(failures), secrets)}")
 
 
 @contextmanager

@@ -1,0 +1,92 @@
+"""`partarchive run` started while Redis refuses (at maxmemory with noeviction, or not up yet)
+waits for it, as a running archiver does, instead of exiting: a supervisor restarting archivers
+during an incident must not lose them. Real processes on a server of the test's own (CONFIG SET
+and a stopped server would disturb a shared one)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from layers import ActiveLayer, ArchiveLayer, KeySchema
+from tests.chaos import Server
+
+pytestmark = pytest.mark.engine
+
+NS = "startwait"
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    own = Server(tmp_path, shutil.which("redis-server") if os.environ.get("REDIS_URL") else None)
+    try:
+        yield own
+    finally:
+        own.kill()
+
+
+def _archiver(url: str, log: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, REDIS_URL=url, PARTARCHIVE_NAMESPACE=NS, PARTARCHIVE_BLOCK_MS="100",
+               PARTARCHIVE_STATS_FLUSH_INTERVAL_S="0.2")  # fmt: skip
+    command = [sys.executable, "-m", "archiver", "run"]
+    with log.open("wb") as out:
+        return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _complete(client: redis.Redis, n: int) -> None:
+    active = ActiveLayer(client, NS)
+    for _ in range(n):
+        part = active.claim("w1")
+        assert part is not None
+        active.complete(part.partition_id, "w1")
+
+
+def _archived_soon(client: redis.Redis, n: int) -> int:
+    archive = ArchiveLayer(client, KeySchema(NS))
+    deadline = time.monotonic() + 30
+    while archive.archived_total() < n and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return archive.archived_total()
+
+
+def _stopped(proc: subprocess.Popen[bytes]) -> int:
+    proc.send_signal(signal.SIGTERM)
+    return proc.wait(30)
+
+
+def test_started_at_maxmemory_it_waits_then_archives(server: Server, tmp_path: Path) -> None:
+    server.start()
+    client = redis.Redis.from_url(server.url)
+    ActiveLayer(client, NS).create_partitions(1, 200, 10)
+    client.config_set("maxmemory", 1 << 20)  # below what the server holds: writes refused
+    log = tmp_path / "archiver.log"
+    proc = _archiver(server.url, log)
+    time.sleep(3)
+    assert proc.poll() is None, log.read_text()
+    assert "maxmemory" in log.read_text()
+    client.config_set("maxmemory", 0)
+    _complete(client, 20)
+    assert _archived_soon(client, 20) == 20
+    assert _stopped(proc) == 0
+
+
+def test_started_before_the_server_it_waits_then_archives(server: Server, tmp_path: Path) -> None:
+    log = tmp_path / "archiver.log"
+    proc = _archiver(server.url, log)
+    time.sleep(2)
+    assert proc.poll() is None, log.read_text()
+    server.start()
+    client = redis.Redis.from_url(server.url)
+    ActiveLayer(client, NS).create_partitions(1, 200, 10)
+    _complete(client, 20)
+    assert _archived_soon(client, 20) == 20
+    assert _stopped(proc) == 0
