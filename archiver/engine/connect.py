@@ -31,6 +31,11 @@ class EngineUnreachable(EngineError):
     started with it waits; a one-shot command says so and exits)."""
 
 
+def engine_error_for(exc: BaseException) -> type[EngineError]:
+    """`EngineUnreachable` for a failure that may pass (no answer, a timeout, loading), else `EngineError`."""
+    return EngineUnreachable if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)) else EngineError
+
+
 @dataclass(frozen=True, slots=True)
 class Engine:
     client: redis.Redis
@@ -85,8 +90,7 @@ def connect(url: str, *, cluster: bool = False, password: str | None = None) -> 
         raise EngineError(f"invalid Redis URL {safe!r}: {_redacted(str(exc), url, password)}") from None
     except (redis.RedisError, RedisClusterException) as exc:
         what = "Redis Cluster" if cluster else "Redis"
-        error = EngineUnreachable if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)) else EngineError
-        raise error(f"cannot reach {what} at {safe}: {_redacted(str(exc), url, password)}") from None
+        raise engine_error_for(exc)(f"cannot reach {what} at {safe}: {_redacted(str(exc), url, password)}") from None
     return client
 
 

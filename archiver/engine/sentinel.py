@@ -28,7 +28,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelManagedConnection
 
 from archiver.config import Config
-from archiver.engine.connect import Engine, EngineError, EngineUnreachable
+from archiver.engine.connect import Engine, EngineError, EngineUnreachable, engine_error_for
 
 T = TypeVar("T")
 PROBE_TIMEOUT_S = 2.0
@@ -172,8 +172,7 @@ def connect_sentinel(config: Config) -> redis.Redis:
     except redis.RedisError as exc:
         client.close()
         reason = _hidden(str(exc), secrets)
-        error = EngineUnreachable if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)) else EngineError
-        raise error(f"cannot reach the primary of {master!r} at {primary}: {reason}") from None
+        raise engine_error_for(exc)(f"cannot reach the primary of {master!r} at {primary}: {reason}") from None
     return client
 
 
