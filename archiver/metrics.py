@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 
 from codec import ACTIVE_STATUSES, PartArchiveError
 from layers import ArchiveLayer, KeySchema, Tier
+from layers.active_reads import COUNTED, counts_from, queue_counts
 from layers.archival import parse_state
 from layers.liveness import Liveness
 from layers.meta import stored_int, typed_errors
@@ -110,7 +111,7 @@ class LayerStateCollector(Collector):
     def _families(self) -> Iterator[Any]:
         k, ns, gauge = self.keys, self.namespace, self._gauge
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hgetall(k.counts)
+        queue_counts(pipe, k)
         pipe.xlen(k.queue)
         pipe.xpending(k.queue, self.group)
         pipe.xlen(k.dead_letter)
@@ -124,10 +125,11 @@ class LayerStateCollector(Collector):
         pipe.zcard(k.archival_held)
         pipe.hgetall(k.progress)
         replies = pipe.execute(raise_on_error=False)
-        counts, length, pending, dead, meta, simple, stats_meta, latency, *backlog = (
-            ({} if isinstance(r, redis.ResponseError) else r) for r in replies
+        counted = [0 if isinstance(r, redis.ResponseError) else r for r in replies[: len(COUNTED)]]
+        counts = counts_from(counted)
+        length, pending, dead, meta, simple, stats_meta, latency, *backlog = (
+            ({} if isinstance(r, redis.ResponseError) else r) for r in replies[len(COUNTED) :]
         )
-        counts = {as_text(a): stored_int(k.counts, as_text(a), b, default=0) for a, b in counts.items()}
         active = gauge("partarchive_active_partitions", "Active partitions by status.", labels=("status",))
         for status in ACTIVE_STATUSES:
             active.add_metric([ns, status.value], counts.get(status.value, 0))

@@ -71,7 +71,7 @@ class Namespace:
     def exists(self) -> bool:
         """Whether the server holds anything of this namespace: partitions, counters, queue or archive."""
         k = self.keys
-        keys = (k.active, k.counts, k.queue, k.archive_meta, k.stats_global)
+        keys = (k.active, k.pending, k.queue, k.archive_meta, k.stats_global)
         if not isinstance(self.redis, redis.RedisCluster):
             return bool(self.redis.exists(*keys))
         return bool(ride_out(lambda: self.redis.exists(*keys), "namespace_exists"))  # one slot: TRYAGAIN

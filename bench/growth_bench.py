@@ -29,7 +29,7 @@ from bench.engine import bench_engine_url, counting_client, drop, settle, used_m
 from bench.latency_bench import http_against_router
 from bench.populate import write_compressed, write_stats
 from bench.report import median, p99, table
-from bench.worker_bench import one_run
+from bench.worker_load import complete_beside_hset
 from bench.workload import standard_workload
 from layers import ActiveLayer, KeySchema, TierPolicy
 from stats import StatsCompactor
@@ -129,7 +129,7 @@ def run() -> tuple[str, bool]:
             mine = _medians(ours)
             client.hset(keys.meta, "last_pid", n + RUNS * DRAINED)  # new partitions get the ids after the archived
             ActiveLayer(client, NS).create_partitions(1, 2000 * 10, 10)
-            complete_us, hset_us, _trips = one_run(url, 200, 0.002, NS)
+            complete_us, hset_us = complete_beside_hset(url, NS, 200, 0.002)
             gc.unfreeze()
             rows.append(
                 (f"{n:,}", archive_bytes / n, stats_bytes / n, median(lookups), p99(lookups),

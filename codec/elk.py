@@ -371,8 +371,10 @@ def decode_active(raw: bytes | str) -> PartitionInfo | ElkRecord:
 
 def parse_active(raw: bytes | str) -> PartitionInfo:
     """An active-hash record in either format, as the worker SDK's `PartitionInfo`."""
-    rec = decode_active(raw)
-    return rec.to_partition_info() if isinstance(rec, ElkRecord) else rec
+    data = _loads(raw)
+    if type(data) is dict and is_elk_json(data):
+        return _elk_from_data(data).to_partition_info()
+    return PartitionInfo.from_parsed(data, raw)
 
 
 def as_archived(rec: ArchivedPartition | ElkRecord) -> ArchivedPartition:

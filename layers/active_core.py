@@ -1,4 +1,4 @@
-"""The worker SDK's operations over the ``elk_partitions`` hash, as steps (`layers.steps`).
+"""The worker SDK's operations over the active hash (`KeySchema.active`), as steps (`layers.steps`).
 
 `layers.active.ActiveLayer` runs them blocking, `layers.active_async.AsyncActiveLayer` awaits
 them on a `redis.asyncio` client: both check the same arguments, send the same scripts and
@@ -14,6 +14,12 @@ reads both, so a namespace bound to a Go deployment (`KeySchema.elk_prefix`) sha
 hash with Go workers: each side can claim, heartbeat, fail, retry and complete partitions the
 other created. Go workers do not keep our pending/lease/failed indexes, so in a bound
 namespace a claim first rebuilds them from the hash (`sync`, at most once a second).
+
+The worker's four steps (claim, start, heartbeat, complete) cost Redis about what the original
+scheme's HSETs cost: their scripts splice the members they change into the record as it is
+stored (`layers/lua/_layout.lua`) instead of parsing it. A record in another layout (one
+written by an earlier release) makes a step answer ``upgrade``: `_upgrade` rewrites it in the
+layout of its format, saying nothing new, and the step runs again.
 """
 
 from __future__ import annotations
@@ -56,6 +62,8 @@ from layers.steps import Batch, Call, Script, Steps, one
 MAX_PARTITIONS_PER_CALL = 1_000_000
 RECORD_FORMATS = ("native", "elk")
 _SYNC_EVERY_S = 1.0
+#: How often at most a claim looks for stale leases (`ActiveCore._claim`).
+STALE_LOOK_S = 1.0
 
 #: Unix seconds, as a float: a plain function, or a coroutine function for the asyncio SDK.
 Clock = Callable[[], float] | Callable[[], Awaitable[float]]
@@ -85,18 +93,34 @@ class ActiveCore(ActiveReads):
         self.lease_timeout = check_seconds("lease_timeout", lease_timeout)
         self._clock = clock  # leases compare times of several hosts: the server's clock by default
         self._next_sync = 0.0
+        self._stale_ms = int(self.lease_timeout * 1000)
+        self._stale_look_ms = int(min(STALE_LOOK_S, self.lease_timeout / 10) * 1000)
+        self._next_stale_look = 0  # unix ms: the first claim looks
+        # Go's times are sent only where Go's records can be; a step that meets one asks for them
+        self._elk_times = record_format == "elk" or keys.elk_prefix is not None
+        self._elk_second: int | None = None  # the second `_elk_prefix` writes
+        self._elk_prefix = ""
+        self._unreadable: set[str] = set()  # pids of records upgrade.lua found corrupt: claim passes them over
+        self._workers: dict[str, str] = {}  # worker ids checked, as the JSON text the scripts compare
         self.skipped_records = 0
-        self._latencies = LatencyBuffer()  # handed to Redis with the next completion
+        self._latencies = LatencyBuffer()  # handed to Redis with a later completion
         self._complete_seconds: Any = None
 
     def _now(self) -> Steps[float]:
         return float((yield Call(self._clock)))
 
     def _clock_args(self) -> Steps[tuple[int, int, str]]:
-        """Now as unix ms, unix seconds, and RFC 3339 JSON text (UTC, the precision of the clock)."""
+        """Now as unix ms, unix seconds, and RFC 3339 JSON text (UTC, to the microsecond; the
+        date and time of a second are formatted once)."""
         now = yield from self._now()
         seconds = int(now)
-        return int(now * 1000), seconds, f'"{GoTime(seconds, int((now - seconds) * 1e9) // 1000 * 1000).format()}"'
+        if not self._elk_times:
+            return int(now * 1000), seconds, ""
+        if seconds != self._elk_second:
+            self._elk_second, self._elk_prefix = seconds, '"' + GoTime(seconds, 0).format()[:-1]
+        micros = int((now - seconds) * 1e6)
+        fraction = f".{micros:06d}".rstrip("0") if micros else ""
+        return int(now * 1000), seconds, f'{self._elk_prefix}{fraction}Z"'
 
     def _run(self, script: str, keys: list[str], args: list[Any]) -> Steps[Any]:
         """Run a script of this layer; its typed error replies become exceptions here."""
@@ -137,7 +161,7 @@ class ActiveCore(ActiveReads):
         k = self.keys
         got = yield from self._run(
             "create",
-            [k.active, k.pending, k.counts, k.meta, *k.go_stats],
+            [k.active, k.pending, k.meta, *k.go_stats],
             [self.record_format, now, options_json, MAX_PARTITION_ID, bounds],
         )
         refused = script_error(got)
@@ -163,24 +187,71 @@ class ActiveCore(ActiveReads):
     # worker side
 
     def _claim(self, worker_id: str) -> Steps[PartitionInfo | None]:
-        """Take the lowest pending partition, or one whose holder stopped heartbeating."""
-        check_worker_id(worker_id)
-        if self.keys.elk_prefix is not None and (yield from self._now()) >= self._next_sync:
-            yield from self._sync()
+        """Take the lowest pending partition, or one whose holder stopped heartbeating.
+
+        Stale leases are looked for on the first claim and then at most every `STALE_LOOK_S`
+        (a tenth of the lease timeout when that is shorter), and whenever nothing is pending: a
+        dead worker's partition is taken over within the lease timeout and that much, as a
+        queue's stalled-job check runs every so often rather than on every fetch.
+        """
+        worker = _worker_json(self, worker_id)
         k = self.keys
-        now_ms, now_s, now_elk = yield from self._clock_args()
-        got = yield from self._run(
-            "claim",
-            [k.active, k.pending, k.leases, k.counts, *k.go_stats],
-            [worker_id, go_string(worker_id), now_ms, int(self.lease_timeout * 1000), now_s, now_elk],
-        )
-        if as_text(got[0]) == "none":
+        if k.elk_prefix is not None and (yield from self._now()) >= self._next_sync:
+            yield from self._sync()
+        keys = [k.active, k.pending, k.leases, *k.go_stats]
+        upgraded: set[str] = set()
+        while True:
+            now_ms, now_s, now_elk = yield from self._clock_args()
+            look = now_ms >= self._next_stale_look
+            cutoff = now_ms - self._stale_ms
+            skip = f",{','.join(sorted(self._unreadable))}," if self._unreadable else ""
+            args = [worker, now_ms, now_s, *((cutoff, -cutoff) if look else ("", "")), *_trailing(now_elk, skip)]
+            got = yield from self._run("claim", keys, args)
+            if look:
+                self._next_stale_look = now_ms + self._stale_look_ms
+            if not isinstance(got, list):
+                return parse_active(got)
+            head = as_text(got[0])
+            if head == "none":
+                if look:
+                    return None
+                self._next_stale_look = 0  # nothing pending: the leases are looked at before saying so
+            elif head == "elk_time":
+                self._elk_times = True
+            else:  # 'upgrade': a record of an earlier release met first
+                pid = as_text(got[1])
+                if pid in upgraded:  # rewritten, and still in no layout: passed over from now on
+                    self._unreadable.add(pid)
+                else:
+                    self._unreadable.update((yield from self._upgrade([pid])))
+                    upgraded.add(pid)
+
+    def _upgrade(self, pids: list[str]) -> Steps[list[str]]:
+        """Rewrite records in the layout of their format (`layers/lua/upgrade.lua`); returns the
+        pids whose records cannot be read."""
+        got = yield from self._run("upgrade", [self.keys.active, self.keys.leases], pids)
+        return [as_text(pid) for pid in got]
+
+    def _step(self, script: str, keys: list[str], args: list[Any], pid: int, op: str) -> Steps[Any]:
+        """Run a step on one partition's record, upgrading the record once if the script asks to.
+        Returns the script's result: the record (or entry) as text, or a list for the others; None
+        when the step is to be sent again with Go's times (`_elk_times`)."""
+        got = yield from self._run(script, keys, args)
+        if isinstance(got, list) and as_text(got[0]) == "upgrade":
+            if (yield from self._upgrade([str(pid)])):
+                raise DecodeError(f"the stored record of partition {pid} is corrupt")
+            got = yield from self._run(script, keys, args)
+            if isinstance(got, list) and as_text(got[0]) == "upgrade":
+                raise DecodeError(f"the stored record of partition {pid} is in no layout partarchive writes")
+        if isinstance(got, list) and as_text(got[0]) == "elk_time":
+            self._elk_times = True  # a Go record where none was expected: the caller runs the step again
             return None
-        return parse_active(got[1])
+        _raise_for(got, pid, op)
+        return got
 
     @typed
     def _sync(self) -> Steps[dict[str, int]]:
-        """Rebuild the pending/lease/failed indexes and the counts from the active hash.
+        """Rebuild the pending/lease/failed indexes from the active hash.
 
         Needed where other writers (elk_coordinator's Go workers) change the hash without
         them. Records are read with HSCAN; an index entry added for a record that moved on in
@@ -205,61 +276,77 @@ class ActiveCore(ActiveReads):
                     pending[pid] = part.partition_id
                 elif part.status.value == "failed":
                     failed[pid] = part.partition_id
-                else:
+                elif part.status.value == "claimed":
                     leases[pid] = _heartbeat_ms(raw, part)
+                else:
+                    leases[pid] = -_heartbeat_ms(raw, part)
             if not int(cursor):
                 break
         batch = Batch(transaction=True)
-        batch.delete(k.pending, k.failed, k.counts)
+        batch.delete(k.pending, k.failed, k.leases)
         for zset, members in ((k.pending, pending), (k.failed, failed), (k.leases, leases)):
             if members:
                 batch.zadd(zset, members)  # type: ignore[arg-type,misc]
-        batch.hset(k.counts, mapping={s.value: counts.get(s.value, 0) for s in ACTIVE_STATUSES})
         yield batch
         self._next_sync = (yield from self._now()) + _SYNC_EVERY_S
         return {s.value: counts.get(s.value, 0) for s in ACTIVE_STATUSES}
 
     def _start(self, pid: int, worker_id: str, *, expected_version: int | None = None) -> Steps[PartitionInfo]:
-        return self._update("start", pid, worker_id, expected_version)
+        check_partition_id(pid)
+        k = self.keys
+        worker, expected = _worker_json(self, worker_id), _version_arg(expected_version)
+        while True:
+            now_ms, now_s, now_elk = yield from self._clock_args()
+            args = [pid, worker, now_s, -now_ms, *_trailing(now_elk, expected)]
+            got = yield from self._step("start", [k.active, k.leases, *k.go_stats], args, pid, "start")
+            if got is not None:
+                return parse_active(got)
 
     def _heartbeat(self, pid: int, worker_id: str, *, expected_version: int | None = None) -> Steps[PartitionInfo]:
-        return self._update("heartbeat", pid, worker_id, expected_version)
+        check_partition_id(pid)
+        worker, expected = _worker_json(self, worker_id), _version_arg(expected_version)
+        while True:
+            _, now_s, now_elk = yield from self._clock_args()
+            args = [pid, worker, now_s, *_trailing(now_elk, expected)]
+            got = yield from self._step("heartbeat", [self.keys.active], args, pid, "heartbeat")
+            if got is not None:
+                return parse_active(got)
 
     def _fail(
         self, pid: int, worker_id: str, error: str, *, expected_version: int | None = None
     ) -> Steps[PartitionInfo]:
-        check_text("error", error, MAX_ERROR_BYTES, allow_empty=True, multiline=True)
-        return self._update("fail", pid, worker_id, expected_version, error)
-
-    def _update(
-        self, op: str, pid: int, worker_id: str, expected_version: int | None, error: str = ""
-    ) -> Steps[PartitionInfo]:
         check_partition_id(pid)
         check_worker_id(worker_id)
+        check_text("error", error, MAX_ERROR_BYTES, allow_empty=True, multiline=True)
         k = self.keys
-        now_ms, now_s, now_elk = yield from self._clock_args()
+        _, now_s, now_elk = yield from self._clock_args()
         got = yield from self._run(
-            "update",
-            [k.active, k.leases, k.failed, k.counts, *k.go_stats],
-            [op, pid, worker_id, _version_arg(expected_version), now_ms, now_s, now_elk, go_string(error)],
+            "fail",
+            [k.active, k.leases, k.failed, *k.go_stats],
+            [pid, worker_id, _version_arg(expected_version), now_s, now_elk, go_string(error)],
         )
-        _raise_for(got, pid, op)
+        _raise_for(got, pid, "fail")
         return parse_active(got[1])
 
     def _complete(self, pid: int, worker_id: str, *, expected_version: int | None = None) -> Steps[Completion]:
         """Remove the partition from the active layer and queue it for the archiver, atomically."""
         check_partition_id(pid)
-        check_worker_id(worker_id)
         k = self.keys
-        now_ms, _, now_elk = yield from self._clock_args()
-        latencies = self._latencies.take()
+        worker, expected = _worker_json(self, worker_id), _version_arg(expected_version)
+        latencies = self._latencies.take_due()
+        handed = latency_argument(latencies)
+        paused = k.elk_prefix is not None  # a bound namespace sends every key (Go's stats come last)
         started = time.perf_counter()
         try:
-            got = yield from self._run(
-                "complete",
-                [*k.complete_keys, *k.go_stats],
-                [pid, worker_id, _version_arg(expected_version), now_ms, now_elk, latency_argument(latencies)],
-            )
+            while True:
+                now_ms, now_s, now_elk = yield from self._clock_args()
+                keys = [*k.complete_keys, *k.go_stats] if paused or handed else k.complete_keys[:5]
+                args = [pid, worker, now_s, *_trailing(now_elk, expected, now_ms if paused else "", handed)]
+                got = yield from self._step("complete", keys, args, pid, "complete")
+                if isinstance(got, list) and as_text(got[0]) == "paused":
+                    paused = True  # sent again with what a completion while paused needs
+                elif got is not None:
+                    break
         except BaseException:
             self._latencies.give_back(latencies)
             raise
@@ -268,18 +355,16 @@ class ActiveCore(ActiveReads):
             self._complete_seconds = sdk_complete_seconds().labels(namespace=k.namespace)
         self._complete_seconds.observe(elapsed)
         self._latencies.observe(elapsed)
-        if as_text(got[0]) not in ("ok", "held"):
-            self._latencies.give_back(latencies)  # the script adds them only when it completes
-        if as_text(got[0]) == "already":
-            return Completion(pid, already_completed=True)
+        if not isinstance(got, list):  # '<entry id> <queue entry>'
+            text = got.decode() if isinstance(got, bytes) else got
+            entry_id, _, payload = text.partition(" ")
+            native = '"completed_at"' in payload
+            archived = ArchivedPartition.from_json(payload) if native else decode_elk(payload).to_archived()
+            return Completion(pid, False, archived, entry_id)
         if as_text(got[0]) == "held":  # archival is paused: kept in the active hash, status completed
             return Completion(pid, False, held=True)
-        _raise_for(got, pid, "complete")
-        payload = got[1]
-        archived = (
-            ArchivedPartition.from_json(payload) if b'"completed_at"' in payload else decode_elk(payload).to_archived()
-        )
-        return Completion(pid, False, archived, as_text(got[2]))
+        self._latencies.give_back(latencies)  # the script adds them only when it completes
+        return Completion(pid, already_completed=True)
 
     def _retry_failed(self, limit: int | None = None) -> Steps[int]:
         """Move failed partitions back to pending; returns how many moved."""
@@ -292,7 +377,7 @@ class ActiveCore(ActiveReads):
         while limit is None or moved < limit:
             step = 1000 if limit is None else min(1000, limit - moved)
             _, now_s, now_elk = yield from self._clock_args()
-            keys = [k.active, k.failed, k.pending, k.counts, *k.go_stats]
+            keys = [k.active, k.failed, k.pending, *k.go_stats]
             got = yield from self._run("retry_failed", keys, [now_s, now_elk, step])
             n, looked = int(got[0]), int(got[1])
             moved += n
@@ -306,6 +391,25 @@ def _heartbeat_ms(raw: bytes, part: PartitionInfo) -> int:
     if b'"claimed_at"' in raw:
         return part.last_heartbeat * 1000
     return decode_elk(raw).last_heartbeat.unix_ms
+
+
+def _worker_json(self: ActiveCore, worker_id: str) -> str:
+    """``worker_id`` checked, as JSON text (Go's escaping); a worker's own id is checked once."""
+    found = self._workers.get(worker_id) if type(worker_id) is str else None
+    if found is None:
+        found = go_string(check_worker_id(worker_id))
+        if len(self._workers) >= 1024:
+            self._workers.clear()
+        self._workers[worker_id] = found
+    return found
+
+
+def _trailing(*values: Any) -> list[Any]:
+    """Optional trailing script arguments: up to the last one given ('' is not given)."""
+    given = list(values)
+    while given and given[-1] == "":
+        given.pop()
+    return given
 
 
 def _version_arg(expected: int | None) -> str:

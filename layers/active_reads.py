@@ -4,16 +4,15 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from codec import ACTIVE_STATUSES, DecodeError, PartitionInfo, ValidationError
 from codec.elk import parse_active
 from codec.validate import MAX_PARTITION_ID, check_int
 from layers.keys import KeySchema
-from layers.meta import stored_int, typed_steps
-from layers.replies import as_text
-from layers.steps import Steps, one
+from layers.meta import typed_steps
+from layers.steps import Batch, Steps, one
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -27,6 +26,26 @@ def typed(method: Callable[Concatenate[Any, P], Steps[T]]) -> Callable[Concatena
 
     functools.update_wrapper(wrapper, method)
     return wrapper
+
+
+def queue_counts(pipe: Any, keys: KeySchema) -> None:
+    """Queue the reads of the active partitions per status on a pipeline (or `Batch`), in
+    `COUNTED` order; `counts_from` reads their replies. The counts are the sizes of the indexes
+    (pending, failed) and of the leases by their sign (`KeySchema.leases`): no step keeps a
+    counter of its own."""
+    pipe.zcard(keys.pending)
+    pipe.zcount(keys.leases, "(0", "+inf")
+    pipe.zcount(keys.leases, "-inf", "(0")
+    pipe.zcard(keys.failed)
+
+
+#: The statuses `queue_counts` reads, in its order: as many replies as there are.
+COUNTED = ("pending", "claimed", "running", "failed")
+
+
+def counts_from(replies: Sequence[Any]) -> dict[str, int]:
+    """The counts per status from the replies to `queue_counts` (first in ``replies``)."""
+    return {status: int(reply) for status, reply in zip(COUNTED, replies, strict=False)}
 
 
 def check_partition_id(pid: Any) -> int:
@@ -112,9 +131,9 @@ class ActiveReads:
         """Active partitions per status (recounted from the hash in a namespace bound to Go's)."""
         if self.keys.elk_prefix is not None:
             return (yield from self._sync())
-        raw = yield one().hgetall(self.keys.counts)
-        got = {as_text(k): stored_int(self.keys.counts, as_text(k), v, default=0) for k, v in raw.items()}
-        return {s.value: got.get(s.value, 0) for s in ACTIVE_STATUSES}
+        batch = Batch()
+        queue_counts(batch, self.keys)
+        return counts_from((yield batch))
 
     @typed
     def _size(self) -> Steps[int]:

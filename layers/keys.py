@@ -183,9 +183,10 @@ class KeySchema:
 
     @property
     def complete_keys(self) -> list[str]:
-        """KEYS[1..8] of ``complete.lua``, in its order (Go's stats hash follows in a bound namespace)."""
-        return [self.active, self.leases, self.counts, self.done, self.queue, self.complete_latency,
-                self.archival_paused, self.archival_held]  # fmt: skip
+        """KEYS[1..7] of ``complete.lua``, in its order (Go's stats hash follows in a bound namespace);
+        the last two are needed only while archival is paused and when latencies are handed."""
+        return [self.active, self.leases, self.done, self.queue, self.archival_paused, self.archival_held,
+                self.complete_latency]  # fmt: skip
 
     @property
     def go_stats(self) -> list[str]:
@@ -199,18 +200,16 @@ class KeySchema:
 
     @property
     def leases(self) -> str:
-        """Sorted set of claimed/running pids, score = last heartbeat (unix ms)."""
+        """Sorted set of claimed/running pids, score = last heartbeat (unix ms) as the index last saw
+        it: positive while claimed, negative while running, so the leases counted by sign give both
+        counts. A heartbeat does not move it; the claim checks a lease that looks stale against
+        the record (``layers/lua/claim.lua``)."""
         return f"{self._tagged}_partitions:leases"
 
     @property
     def failed(self) -> str:
         """Sorted set of failed pids (score = pid)."""
         return f"{self._tagged}_partitions:failed"
-
-    @property
-    def counts(self) -> str:
-        """Hash status -> number of active partitions in that status."""
-        return f"{self._tagged}_partitions:counts"
 
     @property
     def meta(self) -> str:

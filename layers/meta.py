@@ -93,7 +93,6 @@ KEY_TYPES = (
     ("pending", "zset"),
     ("leases", "zset"),
     ("failed", "zset"),
-    ("counts", "hash"),
     ("meta", "hash"),
     ("done", "string"),
     ("queue", "stream"),

@@ -1,7 +1,8 @@
 """The scripts in ``layers/lua`` run on a `redis.asyncio` client: EVALSHA, and after ``NOSCRIPT``
 (a server restarted or flushed its scripts, a cluster node that never saw them) SCRIPT LOAD and
-EVALSHA again. The sources, with their preludes, are `layers.scripts.script_source`'s, as for the
-synchronous `layers.scripts.Scripts`.
+EVALSHA again; the worker's library (`layers.scripts.LIBRARY_SCRIPTS`) as functions, loaded when
+the server lacks them. The sources are `layers.scripts`' own, as for the synchronous
+`layers.scripts.Scripts`.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ import hashlib
 from typing import Any
 from weakref import WeakKeyDictionary
 
-from redis.exceptions import NoScriptError
+import redis.asyncio
+from redis.exceptions import NoScriptError, ResponseError
 
-from layers.scripts import script_source
+from layers.scripts import LIBRARY_SCRIPTS, is_missing_function, lacks_functions, library, located, script_source
 
 
 class AsyncScripts:
@@ -23,6 +25,7 @@ class AsyncScripts:
     def __init__(self, client: Any) -> None:
         self._client = client
         self._shas: dict[str, str] = {}
+        self.functions = not isinstance(client, redis.asyncio.RedisCluster)
 
     @classmethod
     def of(cls, client: Any) -> AsyncScripts:
@@ -38,9 +41,29 @@ class AsyncScripts:
         return sha
 
     async def __call__(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        if self.functions and name in LIBRARY_SCRIPTS:
+            return await self._fcall(name, keys, args)
         try:
             return await self._client.evalsha(self.sha(name), len(keys), *keys, *args)
         except NoScriptError:
             loaded = await self._client.script_load(script_source(name))
             self._shas[name] = loaded.decode() if isinstance(loaded, bytes) else str(loaded)
             return await self._client.evalsha(self._shas[name], len(keys), *keys, *args)
+
+    async def _fcall(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        function = library().function(name)
+        for attempt in (1, 2):
+            try:
+                return await self._client.fcall(function, len(keys), *keys, *args)
+            except ResponseError as exc:
+                if lacks_functions(exc):
+                    self.functions = False
+                    return await self(name, keys, args)
+                if attempt == 2 or not is_missing_function(exc):
+                    raise located(name, exc) from None
+            try:
+                await self._client.function_load(library().source.text)
+            except ResponseError as exc:
+                if "already exists" not in str(exc):
+                    raise
+        raise AssertionError("unreachable")

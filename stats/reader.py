@@ -6,8 +6,9 @@ from typing import Any
 
 import redis
 
-from codec import ACTIVE_STATUSES, DecodeError
+from codec import DecodeError
 from layers import KeySchema
+from layers.active_reads import COUNTED, counts_from, queue_counts
 from layers.meta import is_wrong_type, stored_int, stored_tier, wrong_type_error
 from layers.replies import as_text
 from layers.steps import Batch, Steps, SyncIO, one
@@ -121,25 +122,26 @@ class StatsReader(RangeSummaries):
         """
         k = self.keys
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hgetall(k.counts)
+        queue_counts(pipe, k)
         pipe.hgetall(k.stats_global)
         pipe.hgetall(k.stats_workers)
         pipe.hmget(k.archive_meta, ["total", "tier"])
         replies = pipe.execute(raise_on_error=False)
-        if is_wrong_type(replies[0]):
-            raise wrong_type_error(self.redis, k)
-        if isinstance(replies[0], Exception):
-            raise replies[0]
-        counts = _ints(replies[0])
-        active = {s.value: counts.get(s.value, 0) for s in ACTIVE_STATUSES}
+        counted, replies = replies[: len(COUNTED)], replies[len(COUNTED) :]
+        for reply in counted:
+            if is_wrong_type(reply):
+                raise wrong_type_error(self.redis, k)
+            if isinstance(reply, Exception):
+                raise reply
+        active = counts_from(counted)
         view: dict[str, Any] = {"active": active, "active_total": sum(active.values())}
         try:
-            for reply in replies[1:]:
+            for reply in replies:
                 if isinstance(reply, Exception):
                     raise reply
-            g = _ints(replies[1])
+            g = _ints(replies[0])
             completed = g.get("completed", 0)
-            meta = replies[3]
+            meta = replies[2]
             view["completed"] = {
                 "total_completed": completed,
                 "total_processed_data": g.get("processed", 0),
@@ -148,7 +150,7 @@ class StatsReader(RangeSummaries):
                 "last_updated": g.get("last_updated", 0),
                 "last_completed_at": g.get("last_completed_at", 0),
             }
-            view["workers"] = self._per_worker(_ints(replies[2]))
+            view["workers"] = self._per_worker(_ints(replies[1]))
             view["archive"] = {
                 "archived_total": stored_int(k.archive_meta, "total", meta[0], default=0),
                 "tier": stored_tier(k.archive_meta, meta[1]).value,

@@ -332,7 +332,7 @@ def test_a_namespace_bound_to_go_rebuilds_its_indexes_before_a_claim(
     try:
         assert layer.record_format == "elk" and layer.keys.active == f"elk:{prefix}elk_partitions"
         layer.create_partitions(1, 3000, 1000)
-        any_redis.delete(layer.keys.pending, layer.keys.counts)  # as a Go worker's changes leave them
+        any_redis.delete(layer.keys.pending)  # as a Go worker's changes leave them
         part = layer.claim("w")
         assert part is not None and part.partition_id == 1
         assert layer.counts() == {"pending": 2, "claimed": 1, "running": 0, "failed": 0}

@@ -188,8 +188,8 @@ def test_a_coroutine_summary_lookup_is_awaited(real_redis: redis.Redis, namespac
 
 
 def test_a_cancelled_complete_hands_its_latencies_to_the_next(fake_redis: redis.Redis, namespace: str) -> None:
-    """complete() carries the latencies observed since the previous one to Redis; a call cancelled
-    while it waits for Redis completed nothing, so the next one carries them instead."""
+    """complete() carries the latencies observed since it last handed any to Redis; a call
+    cancelled while it waits for Redis completed nothing, so the next one carries them instead."""
 
     async def main() -> dict[bytes, bytes]:
         client: Any = fakeredis.aioredis.FakeRedis(server=fake_redis.connection_pool.connection_kwargs["server"])
@@ -198,19 +198,19 @@ def test_a_cancelled_complete_hands_its_latencies_to_the_next(fake_redis: redis.
         for _ in range(3):
             await sdk.claim("w")
         await sdk.complete(1, "w")  # its latency waits for the next completion
-        sent, evalsha = asyncio.Event(), client.evalsha
+        sent, fcall = asyncio.Event(), client.fcall
 
         async def no_reply(*args: Any, **kwargs: Any) -> Any:
             sent.set()
             await asyncio.Event().wait()
 
-        client.evalsha = no_reply
+        client.fcall = no_reply
         cancelled = asyncio.create_task(sdk.complete(2, "w"))
         await sent.wait()
         cancelled.cancel()
         with pytest.raises(asyncio.CancelledError):
             await cancelled
-        client.evalsha = evalsha
+        client.fcall = fcall
         await sdk.complete(3, "w")
         latencies: dict[bytes, bytes] = await client.hgetall(sdk.keys.complete_latency)
         await client.aclose()

@@ -52,7 +52,6 @@ TAMPERS: dict[str, Tamper] = {
     "meta max_pid -": _set("archive_meta", "max_pid", "-"),
     "range_width 0": _set("stats_meta", "range_width", "0"),
     "range_width abc": _set("stats_meta", "range_width", "abc"),
-    "counts pending x": _set("counts", "pending", "x"),
     "stats completed x": _set("stats_global", "completed", "x"),
     "active field abc": _set("active", "abc", "{}"),
     **{f"{name} is not a {kind}": _retype(name, kind) for name, kind in KEY_TYPES},

@@ -48,7 +48,7 @@ def test_a_script_waits_out_the_move_of_its_slot_where_redis_py_gives_up(namespa
         # half moved: redis-py on its own gives up on a script whose keys are split, and cannot follow
         # an ASK to a master that serves no slot yet (redis-py #4015)
         with pytest.raises(ClusterError, match="TTL exhausted"):
-            plain.eval("return 1", 2, sdk.keys.active, sdk.keys.counts)
+            plain.eval("return 1", 2, sdk.keys.active, sdk.keys.pending)
         with pytest.raises(AttributeError):
             plain.get(probe)
         plain.close()

@@ -1,18 +1,21 @@
 -- Helpers for active records, included by the scripts that name this file in their '-- include:'
--- line (layers/scripts.py); not a script of its own.
+-- line (layers/scripts.py); not a script of its own. These read a record in any member order and
+-- write it in its format's layout (`_layout.lua`): the scripts of rarer steps (fail, retry,
+-- release, upgrade) use them; the worker's hot steps splice records instead.
+-- include: _time.lua, _layout.lua
 --
 -- A record is handled as its top-level JSON members, each kept as raw text, and never goes
 -- through cjson.encode: cjson prints numbers with 14 significant digits (ids are signed
 -- 64-bit) and would reorder Go's members. Two record formats share an active hash:
---   native  partarchive's own: integer Unix-second times, a claimed_at, options last
+--   native  partarchive's own: integer Unix-second times, a claimed_at, the members a step changes first
 --   elk     elk_coordinator's PartitionInfo: RFC 3339 string times, Go's member order,
 --           options and error left out when empty, version from 1
 -- and a record's format is told by its times. Values the caller sets arrive as JSON text
 -- (strings escaped the way Go escapes them), so a Go decoder accepts everything written here.
 
 local ZERO_TIME = '"0001-01-01T00:00:00Z"'
-local NATIVE_ORDER = {'partition_id', 'min_id', 'max_id', 'status', 'worker_id', 'version', 'error',
-                      'created_at', 'updated_at', 'last_heartbeat', 'claimed_at', 'options'}
+local NATIVE_ORDER = {'status', 'worker_id', 'version', 'updated_at', 'last_heartbeat', 'claimed_at',
+                      'partition_id', 'min_id', 'max_id', 'error', 'created_at', 'options'}
 local NATIVE_DEFAULT = {version = '0', error = '""', created_at = '0', updated_at = '0',
                         last_heartbeat = '0', claimed_at = '0', options = '{}', worker_id = '""'}
 local ELK_ORDER = {'partition_id', 'min_id', 'max_id', 'worker_id', 'last_heartbeat', 'status',
@@ -20,48 +23,13 @@ local ELK_ORDER = {'partition_id', 'min_id', 'max_id', 'worker_id', 'last_heartb
 local ELK_DEFAULT = {worker_id = '""', last_heartbeat = ZERO_TIME, updated_at = ZERO_TIME,
                      version = '0', created_at = ZERO_TIME}
 
-local function scan_string(s, i)
-  local j = i + 1
-  while true do
-    local k = string.find(s, '["\\]', j)
-    if not k then
-      return nil
-    end
-    if string.sub(s, k, k) == '"' then
-      return k
-    end
-    j = k + 2
-  end
-end
-
 local function scan_value(s, i)
   local c = string.sub(s, i, i)
   if c == '"' then
-    return scan_string(s, i)
+    return string_end(s, i)
   end
   if c == '{' or c == '[' then
-    local depth, j = 0, i
-    while true do
-      local k = string.find(s, '[%[%]{}"]', j)
-      if not k then
-        return nil
-      end
-      local ch = string.sub(s, k, k)
-      if ch == '"' then
-        k = scan_string(s, k)
-        if not k then
-          return nil
-        end
-      elseif ch == '{' or ch == '[' then
-        depth = depth + 1
-      else
-        depth = depth - 1
-        if depth == 0 then
-          return k
-        end
-      end
-      j = k + 1
-    end
+    return container_end(s, i)
   end
   local _, e = string.find(s, '^[%w%.%+%-]+', i)
   return e
@@ -85,7 +53,7 @@ local function parse_object(s)
     if string.sub(s, i, i) ~= '"' then
       return nil
     end
-    local kend = scan_string(s, i)
+    local kend = string_end(s, i)
     if not kend then
       return nil
     end
@@ -237,39 +205,6 @@ local function with_option(options, name, value)
   return '{' .. table.concat(out, ',') .. '}'
 end
 
--- Unix ms of an RFC 3339 JSON string (Go's times), or nil.
-local function rfc3339_ms(raw)
-  local y, mo, d, h, mi, s, frac, zone = string.match(raw or '',
-    '^"(%d%d%d%d)%-(%d%d)%-(%d%d)T(%d%d):(%d%d):(%d%d)(%.?%d*)(.-)"$')
-  if not y then
-    return nil
-  end
-  local offset = 0
-  if zone ~= 'Z' then
-    local sign, oh, om = string.match(zone, '^([+-])(%d%d):(%d%d)$')
-    if not sign then
-      return nil
-    end
-    offset = (tonumber(oh) * 3600 + tonumber(om) * 60) * (sign == '-' and -1 or 1)
-  end
-  y, mo, d = tonumber(y), tonumber(mo), tonumber(d)
-  if mo <= 2 then
-    y = y - 1
-  end
-  local era = math.floor(y / 400)
-  local yoe = y - era * 400
-  local mp = mo > 2 and mo - 3 or mo + 9
-  local doy = math.floor((153 * mp + 2) / 5) + d - 1
-  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
-  local days = era * 146097 + doe - 719468
-  local seconds = days * 86400 + tonumber(h) * 3600 + tonumber(mi) * 60 + tonumber(s) - offset
-  local ms = 0
-  if #frac > 1 then
-    ms = math.floor(tonumber('0' .. frac) * 1000)
-  end
-  return seconds * 1000 + ms
-end
-
 -- Heartbeat of a leased record in Unix ms (native: whole seconds).
 local function heartbeat_ms(rec)
   if rec.fmt == 'elk' then
@@ -312,20 +247,4 @@ local function load_owned(hash, pid, worker, expected)
     return nil, {'err', 'version', string.format('%.0f', rec.version)}
   end
   return rec
-end
-
--- elk_coordinator's own status counters (elk_partition_stats), moved as Go moves them. A
--- counter Go left unreadable (it writes some with %.14g) is left alone: Go reads it as 0.
-local function go_stats_move(key, from, to)
-  if not key then
-    return
-  end
-  for field, delta in pairs({[from or ''] = -1, [to or ''] = 1}) do
-    if field ~= '' then
-      local v = redis.call('HGET', key, field)
-      if not v or string.find(v, '^%-?%d+$') then
-        redis.call('HINCRBY', key, field, delta)
-      end
-    end
-  end
 end

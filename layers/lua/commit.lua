@@ -61,7 +61,7 @@ end
 -- and a function that sets them all. Bytes where only one side has bits (nearly all of them) are
 -- taken whole; only a byte both have bits in is looked at bit by bit.
 local function index_bytes(first, mask)
-  local raw, bad = read_checked(1, 'string', 'GETRANGE', KEYS[1], first, first + #mask - 1)
+  local raw, bad = typed_call('string', 'GETRANGE', KEYS[1], first, first + #mask - 1)
   if not raw then
     return nil, bad
   end
@@ -100,7 +100,7 @@ local function index_bits(pids)
       set[#set + 1], set[#set + 2], set[#set + 3], set[#set + 4] = 'SET', 'u1', pids[i], 1
     end
     sets[#sets + 1] = set
-    local bits, bad = read_checked(1, 'string', 'BITFIELD', KEYS[1], unpack(get))
+    local bits, bad = typed_call('string', 'BITFIELD', KEYS[1], unpack(get))
     if not bits then
       return nil, bad
     end
@@ -161,12 +161,12 @@ end
 if ARGV[12] == 'unsealed' then
   kinds[6] = 'zset'
 end
-local bad_type = wrong_type(kinds)
+local bad_type = wrong_type(KEYS, kinds)
 if bad_type then
   return bad_type
 end
 if ARGV[11] ~= '' then
-  local generation, bad = read_checked(4, 'hash', 'HGET', KEYS[4], '')
+  local generation, bad = typed_call('hash', 'HGET', KEYS[4], '')
   if bad then
     return bad
   end
@@ -175,7 +175,7 @@ if ARGV[11] ~= '' then
   end
 end
 local rank = {simple = 1, compressed = 2, summary = 3}
-local meta, bad_meta = read_checked(3, 'hash', 'HMGET', KEYS[3], 'max_pid', 'total', 'tier')
+local meta, bad_meta = typed_call('hash', 'HMGET', KEYS[3], 'max_pid', 'total', 'tier')
 if not meta then
   return bad_meta
 end
@@ -202,7 +202,7 @@ while at <= #ARGV do
   local olds = {}
   for first = 0, count - 1, 500 do -- well inside Lua's limit on unpacked arguments
     local last = math.min(count, first + 500) - 1
-    local values, bad = read_checked(k, 'hash', 'HMGET', KEYS[k], unpack(ARGV, names + first, names + last))
+    local values, bad = typed_call('hash', 'HMGET', KEYS[k], unpack(ARGV, names + first, names + last))
     if not values then
       return bad
     end

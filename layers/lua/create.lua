@@ -1,6 +1,6 @@
 -- Create partitions numbered after the highest partition id ever created, all or nothing.
--- KEYS[1] active hash      KEYS[2] pending zset     KEYS[3] counts hash    KEYS[4] meta hash
--- KEYS[5] elk_coordinator's stats hash (only when the namespace is bound to a Go deployment)
+-- KEYS[1] active hash      KEYS[2] pending zset     KEYS[3] meta hash
+-- KEYS[4] elk_coordinator's stats hash (only when the namespace is bound to a Go deployment)
 -- ARGV[1] record format ('native' | 'elk')   ARGV[2] now as the format writes it (JSON text)
 -- ARGV[3] options as JSON text ('' = none)   ARGV[4] highest partition id allowed
 -- ARGV[5] min_id,max_id of each partition, all comma-separated in one argument (decimal text:
@@ -9,8 +9,7 @@
 -- Ids go on from the larger of our counter and Go's max_partition_id, so partitions created by
 -- an elk_coordinator leader and by partarchive never share an id.
 -- include: _checks.lua
-local bad_type = wrong_type({'hash', 'zset', 'hash', 'hash', 'hash'})
-bad_type = bad_type or corrupt_counts(KEYS[3])
+local bad_type = wrong_type(KEYS, {'hash', 'zset', 'hash', 'hash'})
 if bad_type then
   return bad_type
 end
@@ -19,9 +18,9 @@ for id in string.gmatch(ARGV[5], '[^,]+') do
   bounds[#bounds + 1] = id
 end
 local count = #bounds / 2
-local last = tonumber(redis.call('HGET', KEYS[4], 'last_pid') or '0') or 0
-if KEYS[5] then
-  last = math.max(last, tonumber(redis.call('HGET', KEYS[5], 'max_partition_id') or '0') or 0)
+local last = tonumber(redis.call('HGET', KEYS[3], 'last_pid') or '0') or 0
+if KEYS[4] then
+  last = math.max(last, tonumber(redis.call('HGET', KEYS[4], 'max_partition_id') or '0') or 0)
 end
 last = math.floor(last)
 if last + count > tonumber(ARGV[4]) then
@@ -43,21 +42,20 @@ for i = 0, count - 1 do
       .. ',"worker_id":"","last_heartbeat":' .. now .. ',"status":"pending","updated_at":' .. now
       .. (options ~= '' and (',"options":' .. options) or '') .. ',"version":1,"created_at":' .. now .. '}'
   else
-    record = '{"partition_id":' .. pid .. ',"min_id":' .. lo .. ',"max_id":' .. hi
-      .. ',"status":"pending","worker_id":"","version":0,"error":"","created_at":' .. now
-      .. ',"updated_at":' .. now .. ',"last_heartbeat":0,"claimed_at":0,"options":'
+    record = '{"status":"pending","worker_id":"","version":0,"updated_at":' .. now
+      .. ',"last_heartbeat":0,"claimed_at":0,"partition_id":' .. pid .. ',"min_id":' .. lo
+      .. ',"max_id":' .. hi .. ',"error":"","created_at":' .. now .. ',"options":'
       .. (options ~= '' and options or '{}') .. '}'
   end
   redis.call('HSET', KEYS[1], pid, record)
   redis.call('ZADD', KEYS[2], first_pid + i, pid)
 end
 local last_pid = first_pid + count - 1
-redis.call('HSET', KEYS[4], 'last_pid', string.format('%d', last_pid))
-redis.call('HINCRBY', KEYS[3], 'pending', count)
-if KEYS[5] then
-  redis.call('HINCRBY', KEYS[5], 'total', count)
-  redis.call('HINCRBY', KEYS[5], 'pending', count)
-  redis.call('HSET', KEYS[5], 'max_partition_id', string.format('%d', last_pid))
-  redis.call('HSET', KEYS[5], 'last_allocated_id', bounds[#bounds])
+redis.call('HSET', KEYS[3], 'last_pid', string.format('%d', last_pid))
+if KEYS[4] then
+  redis.call('HINCRBY', KEYS[4], 'total', count)
+  redis.call('HINCRBY', KEYS[4], 'pending', count)
+  redis.call('HSET', KEYS[4], 'max_partition_id', string.format('%d', last_pid))
+  redis.call('HSET', KEYS[4], 'last_allocated_id', bounds[#bounds])
 end
 return {'ok', first_pid, last_pid}

@@ -11,7 +11,7 @@
 -- Returns {'paused'} | {'err', 'wrong_type', what} | {queued, dropped, left in KEYS[2], unreadable pid...}.
 -- Everything is read and checked before the first write.
 -- include: _checks.lua, _record.lua
-local bad_type = wrong_type({'hash', 'zset', 'stream', 'string'})
+local bad_type = wrong_type(KEYS, {'hash', 'zset', 'stream', 'string'})
 if bad_type then
   return bad_type
 end

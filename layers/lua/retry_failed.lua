@@ -1,13 +1,12 @@
 -- Put failed partitions back to pending (at most ARGV[3] per call; the caller loops). The
 -- error is cleared (and, in a Go record, options.error and the heartbeat).
--- KEYS[1] active hash   KEYS[2] failed zset   KEYS[3] pending zset   KEYS[4] counts hash
--- KEYS[5] elk_coordinator's stats hash (only when the namespace is bound to a Go deployment)
+-- KEYS[1] active hash   KEYS[2] failed zset   KEYS[3] pending zset
+-- KEYS[4] elk_coordinator's stats hash (only when the namespace is bound to a Go deployment)
 -- ARGV[1] now (unix s)  ARGV[2] now as RFC 3339 JSON text   ARGV[3] limit
 -- Returns {moved, looked at}: every record is read and checked before the first write; a
 -- corrupt one stays where it is, an index entry whose record moved on is dropped.
 -- include: _checks.lua, _record.lua
-local bad_type = wrong_type({'hash', 'zset', 'zset', 'hash', 'hash'})
-bad_type = bad_type or corrupt_counts(KEYS[4])
+local bad_type = wrong_type(KEYS, {'hash', 'zset', 'zset', 'hash'})
 if bad_type then
   return bad_type
 end
@@ -45,12 +44,8 @@ for _, item in ipairs(retry) do
   redis.call('ZREM', KEYS[2], pid)
   redis.call('ZADD', KEYS[3], tonumber(pid), pid)
 end
-if #retry > 0 then
+if #retry > 0 and KEYS[4] then
   redis.call('HINCRBY', KEYS[4], 'failed', -#retry)
   redis.call('HINCRBY', KEYS[4], 'pending', #retry)
-  if KEYS[5] then
-    redis.call('HINCRBY', KEYS[5], 'failed', -#retry)
-    redis.call('HINCRBY', KEYS[5], 'pending', #retry)
-  end
 end
 return {#retry, #pids}

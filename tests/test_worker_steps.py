@@ -1,0 +1,182 @@
+"""The worker's steps as the worker's library runs them (issue 34): records of the earlier release
+upgraded as they are touched, corrupt ones refused, the library loaded again where a server lost
+it, scripts where a server has no functions, complete.lua's undone writes, Go times asked for
+when a Go record turns up, and the claim's look at stale leases."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+import redis
+from redis.exceptions import ResponseError
+
+from codec import DecodeError
+from layers import KeySchema, WrongKeyType
+from layers.scripts import LIBRARY_SCRIPTS, Scripts, library
+from tests.conftest import Clock
+from tests.flavours import Flavour
+
+#: A native record as the earlier release wrote it (its member order).
+EARLIER_ORDER = ("partition_id", "min_id", "max_id", "status", "worker_id", "version", "error", "created_at",
+                 "updated_at", "last_heartbeat", "claimed_at", "options")  # fmt: skip
+
+
+def earlier_record(pid: int, status: str, worker: str, version: int, heartbeat: int) -> bytes:
+    fields: dict[str, Any] = {"partition_id": pid, "min_id": pid * 10 - 9, "max_id": pid * 10, "status": status,
+                              "worker_id": worker, "version": version, "error": "", "created_at": 1_719_000_000,
+                              "updated_at": heartbeat, "last_heartbeat": heartbeat,
+                              "claimed_at": heartbeat if worker else 0, "options": {"shard": 7}}  # fmt: skip
+    return orjson.dumps({name: fields[name] for name in EARLIER_ORDER})
+
+
+def test_records_of_the_earlier_release_are_rewritten_as_steps_touch_them(
+    any_redis: redis.Redis, namespace: str, flavour: Flavour, clock: Clock
+) -> None:
+    keys = KeySchema.of(namespace, client=any_redis)
+    sdk = flavour.active(any_redis, namespace, clock=clock)
+    sdk.create_partitions(1, 30, 10)  # pids 1..3, then made to look as the earlier release left them
+    now = int(clock.now)
+    any_redis.hset(keys.active, "1", earlier_record(1, "pending", "", 0, 0))
+    any_redis.hset(keys.active, "2", earlier_record(2, "running", "w2", 2, now))
+    any_redis.zrem(keys.pending, "2")
+    any_redis.zadd(keys.leases, {"2": now * 1000})  # the earlier release kept every lease positive
+
+    claimed = sdk.claim("w1")
+    assert claimed is not None and (claimed.partition_id, claimed.version, claimed.options) == (1, 1, {"shard": 7})
+    assert any_redis.hget(keys.active, "1").startswith(b'{"status":"claimed","worker_id":"w1","version":1,')  # type: ignore[union-attr]
+    assert sdk.counts() == {"pending": 1, "claimed": 2, "running": 0, "failed": 0}  # pid 2 counted as claimed
+    beat = sdk.heartbeat(2, "w2")
+    assert (beat.status.value, beat.version, beat.min_id, beat.max_id) == ("running", 3, 11, 20)
+    assert any_redis.zscore(keys.leases, "2") == -now * 1000  # running: negative
+    assert sdk.counts() == {"pending": 1, "claimed": 1, "running": 1, "failed": 0}
+    done = sdk.complete(2, "w2")
+    assert done.archived is not None and done.archived.duration == 0 and done.archived.min_id == 11
+
+
+def test_a_corrupt_record_is_passed_over_by_claims_and_refused_by_steps(
+    any_redis: redis.Redis, namespace: str, flavour: Flavour
+) -> None:
+    keys = KeySchema.of(namespace, client=any_redis)
+    sdk = flavour.active(any_redis, namespace)
+    sdk.create_partitions(1, 30, 10)
+    any_redis.hset(keys.active, "1", b'{"status":"pending","version":')  # cut short
+    claimed = sdk.claim("w1")
+    assert claimed is not None and claimed.partition_id == 2
+    assert any_redis.hget(keys.active, "1") == b'{"status":"pending","version":'
+    assert sdk.claim("w1").partition_id == 3  # type: ignore[union-attr]
+    assert sdk.claim("w1") is None
+    any_redis.hset(keys.active, "2", b"[1, 2]")
+    for step in (sdk.start, sdk.heartbeat, sdk.complete):
+        with pytest.raises(DecodeError, match="partition 2"):
+            step(2, "w1")
+    assert any_redis.hget(keys.active, "2") == b"[1, 2]" and any_redis.getbit(keys.done, 2) == 0
+
+
+def test_a_server_that_lost_the_library_is_sent_it_again(
+    real_redis: redis.Redis, namespace: str, flavour: Flavour
+) -> None:
+    sdk = flavour.active(real_redis, namespace)
+    sdk.create_partitions(1, 20, 10)
+    part = sdk.claim("w1")
+    assert part is not None
+    real_redis.function_delete(library().name)  # as FUNCTION FLUSH, or a restart without persistence
+    assert sdk.start(part.partition_id, "w1").status.value == "running"
+    names = [as_name(lib) for lib in real_redis.function_list()]
+    assert library().name in names
+
+
+def as_name(entry: Any) -> str:
+    name = entry[b"library_name"] if isinstance(entry, dict) else entry[1]
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def test_a_server_without_functions_runs_the_steps_as_scripts(
+    real_redis: redis.Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from layers import ActiveLayer
+
+    def no_functions(*_args: Any, **_kwargs: Any) -> Any:
+        raise ResponseError("ERR unknown command 'FCALL', with args beginning with: ")
+
+    monkeypatch.setattr(real_redis, "fcall", no_functions)
+    sdk = ActiveLayer(real_redis, namespace)
+    sdk.create_partitions(1, 20, 10)
+    part = sdk.claim("w1")
+    assert part is not None and not Scripts.of(real_redis).functions
+    sdk.start(part.partition_id, "w1")
+    sdk.heartbeat(part.partition_id, "w1")
+    assert sdk.complete(part.partition_id, "w1").archived is not None
+
+
+def test_an_error_in_a_function_names_its_own_file_and_line() -> None:
+    source = library().source
+    register = f"redis.register_function('{library().function('claim')}', function(KEYS, ARGV)"
+    claim = source.text.splitlines().index(register)
+    error = ResponseError(f"user_function:{claim + 3}: oops script: x, on @user_function:{claim + 3}.")
+    assert str(source.located(error)) == "layers/lua/claim.lua:2: oops script: x, on @layers/lua/claim.lua:2."
+    assert set(library().functions) == set(LIBRARY_SCRIPTS)
+
+
+@pytest.mark.parametrize("kind", ["leases", "queue", "done"])
+def test_complete_undoes_its_writes_when_a_key_is_of_another_type(
+    real_redis: redis.Redis, namespace: str, flavour: Flavour, kind: str
+) -> None:
+    """complete.lua asks no key's type: a write refused for it undoes the writes before it."""
+    keys = KeySchema(namespace)
+    sdk = flavour.active(real_redis, namespace)
+    sdk.create_partitions(1, 20, 10)
+    part = sdk.claim("w1")
+    assert part is not None
+    record = real_redis.hget(keys.active, str(part.partition_id))
+    key = getattr(keys, kind)
+    real_redis.delete(key)
+    real_redis.hset(key, "x", "1")  # a hash where the namespace keeps a zset, a stream, a string
+    with pytest.raises(WrongKeyType, match=f"{key} is a hash"):
+        sdk.complete(part.partition_id, "w1")
+    assert real_redis.hget(keys.active, str(part.partition_id)) == record
+    if kind != "done":
+        assert real_redis.getbit(keys.done, part.partition_id) == 0
+    if kind != "queue":
+        assert real_redis.xlen(keys.queue) == 0
+    real_redis.delete(key)
+    assert sdk.complete(part.partition_id, "w1").archived is not None
+
+
+def test_a_go_record_in_a_native_namespace_gets_gos_times(real_redis: redis.Redis, namespace: str) -> None:
+    """Go's times are sent only where Go's records are expected; a step that meets one asks."""
+    from layers import ActiveLayer
+
+    keys = KeySchema(namespace)
+    sdk = ActiveLayer(real_redis, namespace)
+    sdk.create_partitions(1, 10, 10)
+    go = (b'{"partition_id":1,"min_id":1,"max_id":10,"worker_id":"","last_heartbeat":"2025-07-05T23:31:43+08:00",'
+          b'"status":"pending","updated_at":"2025-07-05T23:31:43+08:00","version":1,'
+          b'"created_at":"2025-07-05T23:31:43+08:00"}')  # fmt: skip
+    real_redis.hset(keys.active, "1", go)
+    part = sdk.claim("w1")
+    assert part is not None and part.version == 2
+    stored = real_redis.hget(keys.active, "1")
+    assert stored is not None and stored.startswith(b'{"partition_id":1,"min_id":1,"max_id":10,"worker_id":"w1",')
+    assert b'"status":"claimed"' in stored and b'"created_at":"2025-07-05T23:31:43+08:00"}' in stored
+
+
+def test_claims_look_for_stale_leases_every_so_often_and_when_nothing_is_pending(
+    any_redis: redis.Redis, namespace: str, flavour: Flavour, clock: Clock
+) -> None:
+    sdk = flavour.active(any_redis, namespace, clock=clock, lease_timeout=10.0)
+    other = flavour.active(any_redis, namespace, clock=clock, lease_timeout=10.0)
+    sdk.create_partitions(1, 30, 10)
+    first = sdk.claim("w1")
+    assert first is not None and first.partition_id == 1
+    clock.advance(11)  # pid 1's lease is stale
+    assert other.claim("w2").partition_id == 1  # type: ignore[union-attr]  # its first claim looks
+    assert sdk.claim("w1").partition_id == 2  # type: ignore[union-attr]  # a look: nothing stale
+    clock.advance(11)  # pids 1 and 2 stale; w1's next look is due
+    assert sdk.claim("w1").partition_id == 1  # type: ignore[union-attr]
+    clock.advance(0.5)
+    assert sdk.claim("w1").partition_id == 3  # type: ignore[union-attr]  # no look: pending first
+    clock.advance(0.1)
+    assert sdk.claim("w3").partition_id == 2  # type: ignore[union-attr]  # nothing pending: it looks
+    assert sdk.claim("w3") is None
