@@ -15,7 +15,6 @@ from prometheus_client import REGISTRY
 
 from archiver import Config
 from archiver.web import create_app
-from archiver.web.lookup import PartitionLookupPath
 from layers import ActiveLayer, KeySchema
 from tests.helpers import free_port
 
@@ -26,7 +25,7 @@ def _lookups(namespace: str) -> float:
 
 
 def _without_short_path(app: Any) -> None:
-    app.user_middleware = [m for m in app.user_middleware if m.cls is not PartitionLookupPath]
+    app.state.short_path.enabled = False
     app.middleware_stack = None  # rebuilt on the next request
 
 

@@ -46,14 +46,13 @@ def command(args: argparse.Namespace, config: Config) -> int:
     ns = _when_ready(lambda: open_namespace(config, existing=False))
     daemon = ArchiverDaemon(ns.redis, ns.config, consumer=args.consumer)
     if args.metrics_port is not None:
-        from prometheus_client import start_http_server
-
+        from archiver.daemon.probes import serve_metrics
         from archiver.metrics import register_state_collector
 
         check_port(args.metrics_port)
         register_state_collector(daemon.archive)
         try:
-            start_http_server(args.metrics_port, addr=args.metrics_host)
+            serve_metrics(args.metrics_port, args.metrics_host, daemon.probe)
         except OSError as exc:
             raise CliError(_port_error(args, exc)) from None
     daemon.run()

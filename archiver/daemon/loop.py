@@ -28,6 +28,7 @@ from archiver.config import Config
 from archiver.daemon.backlog import BacklogGuard
 from archiver.daemon.pacing import MaintenancePacer
 from archiver.daemon.pages import PageArchiver
+from archiver.daemon.probes import LoopProbe
 from archiver.daemon.shutdown import GracefulShutdown
 from archiver.engine import EngineUnreachable
 from archiver.metrics import CONSUMERS_REMOVED, GROUP_RECREATED
@@ -82,6 +83,7 @@ class ArchiverDaemon:
         self.archive = ns.archive
         self.consumer = consumer or default_consumer_name()
         self._stop = stop or threading.Event()
+        self.probe = LoopProbe(self._stop)  # what --metrics-port answers on /healthz and /readyz
         self._next_maintenance = 0.0
         self._next_take_over = 0.0  # XAUTOCLAIM: every round while it finds entries, else at most every second
         self._next_adopt = 0.0
@@ -133,9 +135,11 @@ class ArchiverDaemon:
         with GracefulShutdown(self._stop, self.config.drain_timeout_s).installed(install_signals):
             if not self.when_reachable(self.check_settings) or not self.when_reachable(self.start):
                 return  # stopped while Redis could not be reached
+            self.probe.started = True
             try:
                 while not self._stop.is_set():
                     self.round_with_retry()
+                    self.probe.turned()
             finally:
                 self.finish()
 
@@ -143,6 +147,7 @@ class ArchiverDaemon:
         """Run ``step`` `until_ready`; False if stopped first."""
 
         def ran() -> bool:
+            self.probe.turned()
             step()
             return True
 

@@ -10,6 +10,7 @@ ever leaves the process.
 
 from __future__ import annotations
 
+import functools
 import gc
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -32,7 +33,7 @@ from archiver.router_async import AsyncQueryRouter
 from archiver.version import installed_version
 from archiver.web.docs import add_offline_redoc
 from archiver.web.errors import ErrorResponses, error_response
-from archiver.web.lookup import LoopRouters, PartitionLookupPath, answer_body
+from archiver.web.lookup import LoopRouters, PartitionLookupPath, ShortPath, answer_body
 from archiver.web.overview import NamespaceList, collect_overview
 from codec import PartArchiveError
 from layers import MAX_PARTITION_ID, WrongKeyType
@@ -133,7 +134,7 @@ def create_app(
     )
     add_offline_redoc(app, favicon_url="/static/docs/favicon.png")
     app.mount("/static/dashboard", StaticFiles(directory=STATIC), name="dashboard")
-    app.add_middleware(PartitionLookupPath, routers=routers, errors=errors)
+    app.state.short_path = ShortPath(app, functools.partial(PartitionLookupPath, routers=routers, errors=errors))
     errors.install(app)
     namespaces = NamespaceList(ns)
 

@@ -1,15 +1,16 @@
 """``GET /partitions/{id}``: the router's answer as an HTTP response, and a short way to it.
 
 The lookup is the API's hot request, and most of its time over HTTP went to the framework rather
-than to the router: a thread pool hop, eight middleware layers, routing, dependency solving and
-response-model validation. `PartitionLookupPath` answers a well-formed lookup as soon as the
-request arrives, with the same status and bytes as the FastAPI route, which stays the documented
-contract and answers everything else (ids out of range, malformed paths).
+than to the router: a thread pool hop, FastAPI's own middleware (error handling, telemetry, body
+limit), routing, dependency solving and response-model validation. `PartitionLookupPath` answers a
+well-formed lookup as soon as the request arrives, outside all of it (`ShortPath` puts it
+there), with the same status and bytes as the FastAPI route, which stays the documented contract
+and answers everything else (ids out of range, malformed paths).
 
 Both await the asyncio router (`AsyncQueryRouter`): while one lookup waits for Redis the event
 loop serves other requests. Each request is looked up once: when the lookup raises, the short
-path answers with the app's own error mapping (`archiver.web.errors`) instead of handing the
-request on to the route, which would look it up again.
+path answers with the app's own error mapping (`archiver.web.errors`, a defect as 500 JSON) instead
+of handing the request on to the route, which would look it up again.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from archiver.output import json_bytes
 from archiver.router import Answer
 from archiver.router_async import AsyncQueryRouter
-from archiver.web.errors import ANSWERED, ErrorResponses
+from archiver.web.errors import ErrorResponses
 from layers import MAX_PARTITION_ID
 
 _LOOKUP = re.compile(r"/partitions/([0-9]{1,10})")
@@ -73,12 +75,27 @@ class PartitionLookupPath:
             if match and 1 <= int(match[1]) <= MAX_PARTITION_ID:
                 try:
                     status, body = answer_body(await self.routers().get(int(match[1])))
-                except ANSWERED as exc:
+                except Exception as exc:  # outside the app's error middleware: answered here, as it would
                     await (await self.errors.response(exc))(scope, receive, send)
-                    return  # anything else is a defect: raised to the server's error handling (500)
+                    return
                 await _respond(send, status, body)
                 return
         await self.app(scope, receive, send)
+
+
+class ShortPath:
+    """Puts ``make(stack)`` (a `PartitionLookupPath`) around ``app``'s whole middleware stack, FastAPI's
+    own included; with ``enabled = False`` (then ``app.middleware_stack = None``) the routes answer all."""
+
+    def __init__(self, app: FastAPI, make: Callable[[ASGIApp], ASGIApp]) -> None:
+        self.enabled = True
+        build = app.build_middleware_stack
+
+        def built() -> ASGIApp:
+            stack = build()
+            return make(stack) if self.enabled else stack
+
+        app.build_middleware_stack = built  # type: ignore[method-assign]
 
 
 async def _respond(send: Send, status: int, body: bytes) -> None:
