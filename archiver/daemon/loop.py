@@ -3,9 +3,10 @@
 One loop, one consumer of the ``archivers`` group. At start it re-reads what its own
 consumer name left pending; every round it first takes over entries that another
 (dead) replica left idle past ``claim_idle_ms``, then reads new entries. Each entry's
-detail is written at once (simple hash or batch staging, idempotent); the entry is
-acknowledged and deleted later, by the statistics flush, in the same script that sets its
-index bit and counts it. Keep ``claim_idle_ms`` well above the flush interval, or replicas
+detail is written before or with its commit, never after (`archiver.daemon.pages`): in a batch
+tier staged or sealed first; in the simple tier written at once, or carried inside the commit
+when its page makes one due. The entry is acknowledged and deleted by the statistics flush, in
+the same script that sets its index bit and counts it. Keep ``claim_idle_ms`` well above the flush interval, or replicas
 take over each other's buffered entries (harmless, but wasted work).
 """
 
