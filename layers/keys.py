@@ -260,6 +260,12 @@ class KeySchema:
         return f"{self._tagged}_completed:expiry"
 
     @property
+    def sealed_counted(self) -> str:
+        """Sorted set: archiver process -> the last of its seals' bookkeeping counted (its byte
+        counters added), so a bookkeeping sent again is not counted twice (`seal_bookkeeping.lua`)."""
+        return f"{self._tagged}_completed:counted"
+
+    @property
     def archivers(self) -> str:
         """Hash consumer name -> health JSON (pid, host, started, last beat, rate, pending) of
         each archiver; an entry not beaten for a while belongs to a dead archiver."""

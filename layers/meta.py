@@ -102,6 +102,7 @@ KEY_TYPES = (
     ("index", "string"),
     ("archive_meta", "hash"),
     ("expiry", "zset"),
+    ("sealed_counted", "zset"),
     ("open_batches", "zset"),
     ("archivers", "hash"),
     ("maintenance_lock", "string"),
