@@ -260,6 +260,12 @@ class KeySchema:
         return f"{self._tagged}_completed:expiry"
 
     @property
+    def expired_batches(self) -> str:
+        """Bitmap (summary tier): batches whose detail the expiry sweep deleted, so a check of the
+        archive tells detail that expired on purpose from detail that is missing (`stats.lost`)."""
+        return f"{self._tagged}_completed:expired"
+
+    @property
     def sealed_counted(self) -> str:
         """Sorted set: archiver process -> the last of its seals' bookkeeping counted (its byte
         counters added), so a bookkeeping sent again is not counted twice (`seal_bookkeeping.lua`)."""

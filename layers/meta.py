@@ -103,6 +103,7 @@ KEY_TYPES = (
     ("archive_meta", "hash"),
     ("expiry", "zset"),
     ("sealed_counted", "zset"),
+    ("expired_batches", "string"),
     ("open_batches", "zset"),
     ("archivers", "hash"),
     ("maintenance_lock", "string"),

@@ -3,9 +3,10 @@
 What can be recomputed is: every partition whose archive detail still exists (simple hash,
 staging, sealed batches) and the index bitmap, which proves how many partitions of each
 range were counted. A range whose every indexed partition still has detail is checked
-field by field; a range with expired detail only by its count. Global and per-worker
-rollups must equal the sum of the ranges. Repair rewrites what the stored data proves and
-never sets a count other than the index's.
+field by field; a range with expired detail only by its count. An indexed partition without
+detail whose batch the summary tier's sweep did not expire is lost, and named (`stats.lost`).
+Global and per-worker rollups must equal the sum of the ranges. Repair rewrites what the stored
+data proves and never sets a count other than the index's; it cannot bring lost records back.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from layers.replies import as_text
 from layers.slot_moves import run_transaction
 from stats.compaction import coarse_of, merge_fields
 from stats.fields import by_worker_id, to_numbered, worker_ids
+from stats.lost import LostDetail, indexed_pids, lost_detail, marked, runs
 from stats.reader import StatsReader
 from stats.rollup import RollupBuilder, add_partitions
 
@@ -55,12 +57,13 @@ class CheckReport:
     indexed: int = 0
     undecodable_batches: list[int] = field(default_factory=list)
     repaired_keys: int = 0
+    lost: LostDetail = field(default_factory=LostDetail)  # indexed partitions without detail (`stats.lost`)
 
     @property
     def ok(self) -> bool:
-        """No difference, and every sealed batch read: a batch that cannot be decoded hides what
-        it held from the check, so it fails it."""
-        return not self.differences and not self.undecodable_batches
+        """No difference, every sealed batch read and no detail missing: a batch that cannot be
+        decoded hides what it held from the check, and missing detail is records lost."""
+        return not self.differences and not self.undecodable_batches and not self.lost.missing
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -72,6 +75,9 @@ class CheckReport:
             "indexed": self.indexed,
             "undecodable_batches": self.undecodable_batches,
             "repaired_keys": self.repaired_keys,
+            "detail_expired": self.lost.expired,
+            "detail_missing": len(self.lost.missing),
+            "detail_missing_partitions": runs(self.lost.missing),
         }
 
 
@@ -172,12 +178,17 @@ class StatsChecker:
         detail = self._detail(index, report, progress, repair)
         report.partitions_with_detail = len(detail)
         indexed_per_range: dict[int, int] = defaultdict(int)
-        for byte_no, byte in enumerate(index):
-            if byte:
-                for bit in range(8):
-                    if byte & (0x80 >> bit):
-                        indexed_per_range[(byte_no * 8 + bit) // width] += 1
+        for pid in indexed_pids(index):
+            indexed_per_range[pid // width] += 1
         report.indexed = sum(indexed_per_range.values())
+        marks: Any = self.redis.get(self.keys.expired_batches)  # read after the detail: a sweep meanwhile counts
+        report.lost = lost_detail(
+            indexed_pids(index),
+            detail,
+            self.archive.policy.batch_of,
+            lambda b: marked(marks or b"", b),
+            set(report.undecodable_batches),
+        )
         by_range: dict[int, list[ArchivedPartition]] = defaultdict(list)
         for part in detail.values():
             by_range[part.partition_id // width].append(part)
