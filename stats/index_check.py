@@ -122,7 +122,7 @@ class IndexCheck:
                 for raw in values:
                     if raw is not None:
                         checker._keep(found, raw, indexed)
-        batch_of = checker.archive.policy.batch_of
+        batch_of = checker.batch_of
         checker._batch_detail(range(batch_of(lo), batch_of(hi - 1) + 1), indexed, report, False, found)
         first_mark = (batch_of(lo) >> 3) * 8
         raw_marks: Any = self.redis.getrange(keys.expired_batches, first_mark >> 3, batch_of(hi - 1) >> 3)

@@ -106,6 +106,11 @@ class StatsChecker:
         self.reader = StatsReader(redis_client, self.keys)
         self._worker_ids: dict[int, str] = {}  # the registry, short -> ID, read by `check`
 
+    def batch_of(self, pid: int) -> int:
+        """A partition's batch as the namespace's batches were written: by the stored batch size,
+        whatever this process is configured with (as the router finds them)."""
+        return pid // self.archive.stored_batch_size()
+
     def _index(self) -> bytes:
         raw = self.redis.get(self.keys.index)
         return raw if isinstance(raw, bytes) else b""
@@ -119,7 +124,7 @@ class StatsChecker:
         self, index: bytes, report: CheckReport, progress: Progress | None, repair: bool
     ) -> dict[int, ArchivedPartition]:
         """Every counted partition whose detail still exists, by pid."""
-        k, policy = self.keys, self.archive.policy
+        k = self.keys
         found: dict[int, ArchivedPartition] = {}
 
         def indexed(pid: int) -> bool:
@@ -128,7 +133,7 @@ class StatsChecker:
         for _, raw in self.redis.hscan_iter(k.completed, count=1000):
             self._keep(found, raw, indexed)
         max_pid = stored_int(k.archive_meta, "max_pid", self.redis.hget(k.archive_meta, "max_pid"), default=0)
-        last_batch = policy.batch_of(max_pid)
+        last_batch = self.batch_of(max_pid)
         for start in range(0, last_batch + 1, _CHUNK):
             self._batch_detail(range(start, min(last_batch + 1, start + _CHUNK)), indexed, report, repair, found)
             if progress:
@@ -185,7 +190,7 @@ class StatsChecker:
         report.lost = lost_detail(
             indexed_pids(index),
             detail,
-            self.archive.policy.batch_of,
+            self.batch_of,
             lambda b: marked(marks or b"", b),
             set(report.undecodable_batches),
         )

@@ -85,3 +85,16 @@ def test_detail_the_summary_tier_expired_is_not_missing(real_redis: redis.Redis,
     report = StatsChecker(real_redis, daemon.keys, policy=archive.policy).check()
     assert report.ok and report.lost.missing == [] and report.lost.expired == 450
     assert _walk(real_redis, daemon)["index_check_ok"] == "1"
+
+
+def test_verify_reads_batches_by_the_stored_batch_size_whatever_is_configured(
+    real_redis: redis.Redis, namespace: str, engine_url: str
+) -> None:
+    """Batches of 50 written; `stats verify` run without ``PARTARCHIVE_BATCH_SIZE`` (100) finds
+    every record where the router finds it (it read the wrong batches before: count only)."""
+    daemon = _archived(real_redis, namespace, 300, compressed_from=0, batch_size=50)
+    assert daemon.archive.stored_batch_size() == 50
+    report = StatsChecker(real_redis, daemon.keys).check()  # the default policy: batches of 100
+    assert report.ok and report.partitions_with_detail == 300 and report.ranges_count_only == 0
+    assert run_cli(engine_url, namespace, "stats", "verify").returncode == 0
+    assert _walk(real_redis, daemon)["index_check_ok"] == "1"
