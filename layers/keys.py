@@ -259,6 +259,18 @@ class KeySchema:
         return f"{self._tagged}_completed:expiry"
 
     @property
+    def expired_batches(self) -> str:
+        """Bitmap (summary tier): batches whose detail the expiry sweep deleted, so a check of the
+        archive tells detail that expired on purpose from detail that is missing (`stats.lost`)."""
+        return f"{self._tagged}_completed:expired"
+
+    @property
+    def sealed_counted(self) -> str:
+        """Sorted set: archiver process -> the last of its seals' bookkeeping counted (its byte
+        counters added), so a bookkeeping sent again is not counted twice (`seal_bookkeeping.lua`)."""
+        return f"{self._tagged}_completed:counted"
+
+    @property
     def archivers(self) -> str:
         """Hash consumer name -> health JSON (pid, host, started, last beat, rate, pending) of
         each archiver; an entry not beaten for a while belongs to a dead archiver."""

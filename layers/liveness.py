@@ -7,7 +7,8 @@ matter. An entry not beaten for ``stale_after_s`` is a dead archiver's: it is sh
 dropped later. A consumer of the queue's group is deleted (``XGROUP DELCONSUMER``) only when
 its archiver is not alive, its entries have all been claimed by others (pending 0) and it has
 been idle for longer than the claim time: deleting a consumer drops its pending entries, so a
-consumer still holding one is never deleted.
+consumer still holding one is never deleted, and the last two are checked in the script that
+deletes it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import redis
 
 from layers.keys import ARCHIVER_GROUP, KeySchema
 from layers.replies import as_text
+from layers.scripts import Scripts
 
 #: Seconds without a beat after which an archiver counts as dead.
 STALE_AFTER_S = 30.0
@@ -89,22 +91,29 @@ class Liveness:
 
     def remove_dead_consumers(self, claim_idle_ms: int) -> list[str]:
         """Delete the group's consumers that hold nothing, were idle past ``claim_idle_ms`` and
-        whose archiver is not alive. Returns their names."""
+        whose archiver is not alive. Returns their names.
+
+        The candidates are read here; whether each still holds nothing and is still idle is
+        checked again in the script that deletes it (`del_idle_consumers.lua`): an archiver
+        judged dead that wakes and reads in between would otherwise lose what it read."""
         try:
             consumers: Any = self.redis.xinfo_consumers(self.keys.queue, ARCHIVER_GROUP)
         except redis.ResponseError:  # no stream or group yet
             return []
         alive = {h.consumer for h in self.archivers()}
-        removed = []
-        for consumer in consumers:
-            name = as_text(consumer["name"])
-            if name in alive or int(consumer["pending"]) or int(consumer["idle"]) <= claim_idle_ms:
-                continue
-            # entries are only ever claimed by a live consumer for itself, so a dead consumer
-            # with none pending cannot get one between XINFO and DELCONSUMER
-            self.redis.xgroup_delconsumer(self.keys.queue, ARCHIVER_GROUP, name)
-            removed.append(name)
-        return removed
+        names = [
+            name
+            for consumer in consumers
+            if (name := as_text(consumer["name"])) not in alive
+            and not int(consumer["pending"])
+            and int(consumer["idle"]) > claim_idle_ms
+        ]
+        if not names:
+            return []
+        deleted: Any = Scripts.of(self.redis)(
+            "del_idle_consumers", [self.keys.queue], [ARCHIVER_GROUP, claim_idle_ms, *names]
+        )
+        return [as_text(name) for name in deleted]
 
 
 def _decode(name: str, value: bytes) -> ArchiverHealth:

@@ -101,6 +101,8 @@ KEY_TYPES = (
     ("index", "string"),
     ("archive_meta", "hash"),
     ("expiry", "zset"),
+    ("sealed_counted", "zset"),
+    ("expired_batches", "string"),
     ("open_batches", "zset"),
     ("archivers", "hash"),
     ("maintenance_lock", "string"),

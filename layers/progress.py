@@ -3,9 +3,12 @@ hours, and an ETA for what is pending (the design's time-series statistics with 
 
 Done = archived + waiting in the archive queue + held by a pause (`layers.archival`): a partition
 counts from the moment its worker completed it, whatever the archivers' backlog. The rates come
-from samples of that count that the maintenance lock holder takes every ten seconds, kept one
-per minute for a day (`KeySchema.progress`, about 1,500 small fields); the hourly trend of the
-dashboard comes from the statistics' hourly series (`stats`).
+from samples of that count that the maintenance lock holder takes every ten seconds, kept per
+minute for a day (`KeySchema.progress`, about 1,500 small fields: each minute's last sample and its
+first). Right after a job starts no sample covers half a window: a rate is then given over the
+time the samples do cover (``rate_covers_s`` says how long), and the first minute sampled counts
+from its first sample, so the first completions show at once. The hourly trend of the dashboard
+comes from the statistics' hourly series (`stats`).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class JobProgress:
     held: int
     percent_done: float | None
     rates: dict[str, float | None]  # completions per second over each window
+    rate_covers_s: dict[str, float | None]  # seconds each rate covers: its window, or less just after the start
     trend: list[dict[str, Any]]  # completions per minute, the last hour
     eta_s: float | None
     eta: str
@@ -68,11 +72,14 @@ class ProgressLog:
         now = time.time() if now is None else now
         pipe = self.redis.pipeline(transaction=False)
         self._add_counts(pipe)
-        pipe.hlen(self.keys.progress)
-        total, queued, held, fields = pipe.execute()
-        done = self._archived(total) + int(queued) + int(held)
         minute = int(now // 60)
-        self.redis.hset(self.keys.progress, str(minute), f"{now:.3f},{done}")
+        pipe.hlen(self.keys.progress)
+        pipe.hget(self.keys.progress, str(minute))
+        total, queued, held, fields, before = pipe.execute()
+        done = self._archived(total) + int(queued) + int(held)
+        first = parse_samples({0: before})[:1] if before is not None else []
+        first_at, first_done = first[0] if first else (now, done)  # the minute's first sample is kept
+        self.redis.hset(self.keys.progress, str(minute), f"{now:.3f},{done},{first_at:.3f},{first_done}")
         if int(fields) > KEEP_MINUTES + 60:
             names: Any = self.redis.hkeys(self.keys.progress)
             old = [n for n in names if not as_text(n).isdigit() or int(n) < minute - KEEP_MINUTES]
@@ -92,12 +99,16 @@ class ProgressLog:
 
 
 def parse_samples(raw: dict[Any, Any]) -> list[tuple[float, int]]:
-    """(time, completed so far) of each minute's sample, oldest first; unreadable fields skipped."""
-    out = []
+    """(time, completed so far) of each minute's first and last sample, oldest first; unreadable
+    fields skipped (a field of an older version holds the last sample only)."""
+    out = set()
     for value in raw.values():
         try:
-            at, done = as_text(value).split(",")
-            out.append((float(at), int(done)))
+            numbers = as_text(value).split(",")
+            if len(numbers) not in (2, 4):
+                continue
+            for at, done in zip(numbers[::2], numbers[1::2], strict=True):
+                out.add((float(at), int(done)))
         except ValueError:
             continue
     return sorted(out)
@@ -110,7 +121,8 @@ def job_progress(
     failed = by_status.get("failed", 0)
     pending = sum(by_status.get(s, 0) for s in ("pending", "claimed", "running"))
     total = done + failed + pending
-    rates = {name: _rate(samples, done, now, window) for name, window in WINDOWS.items()}
+    measured = {name: _rate(samples, done, now, window) for name, window in WINDOWS.items()}
+    rates = {name: rate for name, (rate, _) in measured.items()}
     rate = next((rates[w] for w in ETA_WINDOWS if rates[w]), None)
     if not done:
         eta_s, eta = None, "no completions yet"
@@ -131,38 +143,57 @@ def job_progress(
         held=held,
         percent_done=round(100 * done / total, 2) if total else None,
         rates=rates,
+        rate_covers_s={name: covers for name, (_, covers) in measured.items()},
         trend=_trend(samples, done, now),
         eta_s=eta_s,
         eta=eta,
     )
 
 
-def _rate(samples: list[tuple[float, int]], done: int, now: float, window: float) -> float | None:
-    """Completions per second since the newest sample at least ``window`` old (or the oldest, when
-    the samples cover at least half the window); None without such a sample."""
+def _rate(samples: list[tuple[float, int]], done: int, now: float, window: float) -> tuple[float | None, float | None]:
+    """Completions per second since the newest sample at least ``window`` old, else since the
+    oldest sample if it is at least `SAMPLE_EVERY_S` old (just after the start: the rate over the
+    time covered); with the seconds it covers. (None, None) without such a sample."""
     start = None
     for at, count in samples:
         if at <= now - window:
             start = (at, count)
         else:
             break
-    if start is None and samples and now - samples[0][0] >= window / 2:
+    if start is None and samples and now - samples[0][0] >= min(window / 2, SAMPLE_EVERY_S):
         start = samples[0]
     if start is None or now - start[0] <= 0:
-        return None
-    return round(max(0, done - start[1]) / (now - start[0]), 3)
+        return None, None
+    covers = now - start[0]
+    return round(max(0, done - start[1]) / covers, 3), round(min(covers, window), 1)
 
 
 def _trend(samples: list[tuple[float, int]], done: int, now: float) -> list[dict[str, Any]]:
-    """Completions in each of the last `TREND_MINUTES` minutes (None where no sample tells)."""
-    by_minute = {int(at // 60): count for at, count in samples}
+    """Completions in each of the last `TREND_MINUTES` minutes (None where no sample tells): since
+    the previous minute's last sample, or, for the first minute sampled, since its own first
+    sample (``since`` says when, the minute's count is partial)."""
+    last = {int(at // 60): count for at, count in samples}
+    first: dict[int, tuple[float, int]] = {}
+    for at, count in samples:
+        first.setdefault(int(at // 60), (at, count))
     this = int(now // 60)
     out = []
     for minute in range(this - TREND_MINUTES + 1, this + 1):
-        before, after = by_minute.get(minute - 1), done if minute == this else by_minute.get(minute)
-        count = None if before is None or after is None else max(0, after - before)
-        out.append({"minute": dt.datetime.fromtimestamp(minute * 60, dt.UTC).strftime("%H:%MZ"), "completed": count})
+        before: int | None = last.get(minute - 1)
+        after: int | None = done if minute == this else last.get(minute)
+        since = None
+        if before is None and minute in first:
+            since, before = first[minute]
+        completed = None if before is None or after is None else max(0, after - before)
+        entry: dict[str, Any] = {"minute": _clock(minute * 60, "%H:%MZ"), "completed": completed}
+        if since is not None:
+            entry["since"] = _clock(since, "%H:%M:%SZ")
+        out.append(entry)
     return out
+
+
+def _clock(at: float, form: str) -> str:
+    return dt.datetime.fromtimestamp(at, dt.UTC).strftime(form)
 
 
 def _duration(seconds: float) -> str:

@@ -11,6 +11,7 @@ because it is the one subtle write of the archive.
 from __future__ import annotations
 
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from codec import ArchivedPartition, DecodeError, decode_blob, encode_blob, find
 from codec.elk import as_archived, parse_archived
 from layers.keys import KeySchema
 from layers.meta import read_tier
-from layers.replies import as_text
+from layers.replies import as_text, script_error
 from layers.scripts import Scripts
 from layers.shelves import ShelfStore, SlotWrite, StoredBatch
 from layers.steps import Steps, SyncIO
@@ -33,6 +34,8 @@ from layers.tiers import Tier, TierPolicy
 from layers.workers import WorkerNumbers, WorkerRegistry
 
 _SEAL_RETRIES = 20
+#: How long (us) a process's last counted group is remembered for a bookkeeping sent again (a week).
+_COUNTED_KEPT_US = 7 * 86400 * 10**6
 #: Bytes of member names, colons and braces in an archived record's JSON beyond its values.
 _ARCHIVED_JSON_NAMES = len(b'"partition_id":"min_id":"max_id":"worker_id":"completed_at":"duration":')
 
@@ -74,7 +77,9 @@ class BatchSealing:
         self.seals: Counter[int] = Counter()
         self._scripts = Scripts.of(client)
         self._unwritten: list[tuple[list[_SealWrite], Tier]] = []  # seals encoded, not written yet
-        self._deferred: list[tuple[list[_SealWrite], Tier]] = []  # seals written, bookkeeping not done yet
+        self._deferred: list[tuple[list[_SealWrite], Tier, int]] = []  # seals written, bookkeeping not done yet
+        self._process = uuid.uuid4().hex  # names this object's groups of seals in `KeySchema.sealed_counted`
+        self._group = 0  # the number of its last group of seals written
 
     def tier(self) -> Tier:
         return read_tier(self.redis, self.keys, self.policy)
@@ -285,12 +290,14 @@ class BatchSealing:
         return written
 
     def _written(self, writes: list[_SealWrite], written: set[int], tier: Tier) -> None:
-        """Seals whose slots were written: counted, their bookkeeping queued (`_queue_cleanup`)."""
+        """Seals whose slots were written: counted, their bookkeeping queued (`_queue_cleanup`)
+        under the next number of this process's groups (`seal_bookkeeping.lua`)."""
         done = [w for w in writes if w.batch_no in written]
         for w in done:
             self.seals[w.batch_no] += 1
         if done:
-            self._deferred.append((done, tier))
+            self._group = max(self._group + 1, time.time_ns() // 1000)
+            self._deferred.append((done, tier, self._group))
 
     def _queue_writes(self, pipe: Any) -> tuple[int, Callable[[Sequence[Any]], None]]:
         """Queue on ``pipe`` the slot writes of the seals `seal_read` deferred; the function
@@ -344,33 +351,33 @@ class BatchSealing:
         Deferred, this is harmless: until it runs, a sealed record is also still staged, as it
         is after a crash between the two (the next seal of its batch merges the same record)."""
         seals = list(self._deferred)  # left there until done: a pipeline that fails is sent again
-        done = [w for group, _ in seals for w in group]
-        expiring = {str(w.batch_no): w.newest for group, tier in seals if tier is Tier.SUMMARY for w in group}
-        cleanups, cleaned = self._scripts.queue_calls(
-            pipe,
-            [
-                ("hdel_if_equal", [self.keys.staging(w.batch_no)], [x for pair in w.staged.items() for x in pair])
-                for w in done
-                if w.staged
-            ],
-        )
-        if expiring:
-            pipe.zadd(self.keys.expiry, expiring)  # type: ignore[arg-type]
-        pipe.zrem(self.keys.open_batches, *(str(w.batch_no) for w in done))
-        pipe.hincrby(self.keys.archive_meta, "sealed_json_bytes", sum(w.json_bytes for w in done))
-        pipe.hincrby(self.keys.archive_meta, "sealed_blob_bytes", sum(w.blob_growth for w in done))
+        done = [w for group, _, _ in seals for w in group]
+        k = self.keys
+        counted: list[Any] = [self._process, _COUNTED_KEPT_US, len(seals)]
+        for group, _, number in seals:
+            counted += [number, sum(w.json_bytes for w in group), sum(w.blob_growth for w in group)]
+        for group, tier, _ in seals:
+            counted += [x for w in group for x in (w.batch_no, w.newest, int(tier is Tier.SUMMARY))]
+        calls = [
+            ("hdel_if_equal", [k.staging(w.batch_no)], [x for pair in w.staged.items() for x in pair])
+            for w in done
+            if w.staged
+        ]
+        calls.append(("seal_bookkeeping", [k.archive_meta, k.expiry, k.sealed_counted], counted))
+        cleanups, cleaned = self._scripts.queue_calls(pipe, calls)
+        pipe.zrem(k.open_batches, *(str(w.batch_no) for w in done))
         for w in done:  # staged into since read: the batch stays open (the stager's ZADD may be gone)
-            pipe.hlen(self.keys.staging(w.batch_no))
-        count = cleanups + bool(expiring) + 3 + len(done)
+            pipe.hlen(k.staging(w.batch_no))
+        count = cleanups + 1 + len(done)
 
         def finish(all_replies: Sequence[Any]) -> None:
-            del self._deferred[: len(seals)]
             replies = all_replies[:count]
             late = any(isinstance(reply, NoScriptError) for reply in replies[:cleanups])
-            cleaned(replies)
+            script_error(cleaned(replies)[-1], meta_key=k.archive_meta, unchanged="no bookkeeping was counted")
             for reply in replies[cleanups:]:
                 if isinstance(reply, Exception):
                     raise reply
+            del self._deferred[: len(seals)]  # only now: sent again, the counting script counts nothing twice
             left = replies[len(replies) - len(done) :]
             if late:  # a cleanup ran after the HLENs (the server had lost its script): read them again
                 left = [self.redis.hlen(self.keys.staging(w.batch_no)) for w in done]

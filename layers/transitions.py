@@ -15,8 +15,8 @@ walk over the batch numbers that runs once per namespace (a namespace begun with
 
 -> summary: every sealed batch goes into the expiry index (batch -> newest completion). The
 sweep deletes the batches whose newest completion is older than the stored retention, reading
-only those: it costs what expires, not what is stored. The index bits and the statistics stay,
-so the router answers "expired" with the range summary.
+only those: it costs what expires, not what is stored, and marks them expired (a bit per batch).
+The index bits and the statistics stay, so the router answers "expired" with the range summary.
 """
 
 from __future__ import annotations
@@ -281,6 +281,8 @@ def sweep_expired(archive: ArchiveLayer, now: float | None = None, limit: int = 
     expired = sum(counts[b] for b in dropped)  # a batch sealed again meanwhile waits for its new time
     if dropped:
         pipe.zrem(keys.expiry, *(str(b) for b in dropped))
+        for b in dropped:  # expired on purpose, as `stats verify` tells it from detail that is missing
+            pipe.setbit(keys.expired_batches, b, 1)
     pipe.hincrby(keys.archive_meta, "expired", expired)
     pipe.hset(
         keys.archive_meta,

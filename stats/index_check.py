@@ -11,7 +11,8 @@ Its state is one hash (`KeySchema.stats_index_check`): the next range, the last 
 running counts, so whichever archiver holds the lock next goes on where the last one stopped.
 Each step reads only what its ranges cover (their slice of the index, their simple records, the
 batches they span, their rollups) and checks each range as ``stats verify`` does (field by field
-where every indexed partition has detail, else by count); ranges merged into a coarse range go as
+where every indexed partition has detail, else by count), and names the indexed partitions whose
+detail is missing rather than expired (`stats.lost`); ranges merged into a coarse range go as
 their whole group. Last, one MULTI reads the index's bit count and the global and per-worker
 totals together (the commit script writes them together) and checks them against each other.
 The result is logged and kept in the statistics meta hash (``index_check_at``, ``_ok``,
@@ -37,13 +38,14 @@ from layers.replies import as_text
 from layers.slot_moves import run_transaction
 from stats.compaction import COARSE, coarse_of
 from stats.fields import worker_ids
+from stats.lost import lost_detail, marked, runs
 from stats.verify import CheckReport, Difference, StatsChecker
 
 log = structlog.get_logger("partarchive.stats")
 
 #: Differences kept word for word in the walk's report (the rest are counted).
 EXAMPLES_KEPT = 10
-_COUNTS = ("ranges_checked", "ranges_count_only", "undecodable_batches", "differences")
+_COUNTS = ("ranges_checked", "ranges_count_only", "undecodable_batches", "differences", "detail_missing")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +55,8 @@ class IndexCheckReport:
     ranges_count_only: int
     undecodable_batches: int
     differences: int
+    detail_missing: int  # indexed partitions whose records are gone (`stats.lost`)
+    detail_expired: int  # indexed partitions whose detail expired on purpose
     examples: list[str]
     indexed: int
     elapsed_s: float
@@ -118,8 +122,18 @@ class IndexCheck:
                 for raw in values:
                     if raw is not None:
                         checker._keep(found, raw, indexed)
-        batch_of = checker.archive.policy.batch_of
+        batch_of = checker.batch_of
         checker._batch_detail(range(batch_of(lo), batch_of(hi - 1) + 1), indexed, report, False, found)
+        first_mark = (batch_of(lo) >> 3) * 8
+        raw_marks: Any = self.redis.getrange(keys.expired_batches, first_mark >> 3, batch_of(hi - 1) >> 3)
+        marks = bytes(raw_marks or b"")
+        report.lost = lost_detail(
+            (p for p in range(lo, hi) if indexed(p)),
+            found,
+            batch_of,
+            lambda b: marked(marks, b, first_mark),
+            set(report.undecodable_batches),
+        )
         by_range: dict[int, list[ArchivedPartition]] = defaultdict(list)
         for part in found.values():
             by_range[part.partition_id // width].append(part)
@@ -152,8 +166,13 @@ class IndexCheck:
             pipe.hincrby(self.key, "undecodable_batches", len(set(report.undecodable_batches)))
             pipe.hincrby(self.key, "differences", len(report.differences))
             pipe.hincrby(self.key, "indexed", report.indexed)
-            for d in report.differences[:EXAMPLES_KEPT]:
-                pipe.rpush(self.key + ":examples", str(d))
+            pipe.hincrby(self.key, "detail_missing", len(report.lost.missing))
+            pipe.hincrby(self.key, "detail_expired", report.lost.expired)
+            examples = [str(d) for d in report.differences]
+            if report.lost.missing:
+                examples.append("detail missing: partitions " + ", ".join(runs(report.lost.missing)[:EXAMPLES_KEPT]))
+            for example in examples[:EXAMPLES_KEPT]:
+                pipe.rpush(self.key + ":examples", example)
             pipe.ltrim(self.key + ":examples", 0, EXAMPLES_KEPT - 1)
 
         run_transaction(self.redis, note, "index_check_progress")
@@ -184,14 +203,16 @@ class IndexCheck:
     def _finish(self, state: dict[str, str]) -> IndexCheckReport:
         totals = self._totals()
         examples: Any = self.redis.lrange(self.key + ":examples", 0, -1)
-        counts = {name: int(state.get(name, 0)) for name in (*_COUNTS, "indexed")}
+        counts = {name: int(state.get(name, 0)) for name in (*_COUNTS, "indexed", "detail_expired")}
         counts["differences"] += len(totals)
         report = IndexCheckReport(
-            ok=not counts["differences"] and not counts["undecodable_batches"],
+            ok=not counts["differences"] and not counts["undecodable_batches"] and not counts["detail_missing"],
             ranges_checked=counts["ranges_checked"],
             ranges_count_only=counts["ranges_count_only"],
             undecodable_batches=counts["undecodable_batches"],
             differences=counts["differences"],
+            detail_missing=counts["detail_missing"],
+            detail_expired=counts["detail_expired"],
             examples=([as_text(e) for e in examples] + [str(d) for d in totals])[:EXAMPLES_KEPT],
             indexed=counts["indexed"],
             elapsed_s=round(time.time() - float(state.get("started_at", time.time())), 1),

@@ -3,9 +3,10 @@
 What can be recomputed is: every partition whose archive detail still exists (simple hash,
 staging, sealed batches) and the index bitmap, which proves how many partitions of each
 range were counted. A range whose every indexed partition still has detail is checked
-field by field; a range with expired detail only by its count. Global and per-worker
-rollups must equal the sum of the ranges. Repair rewrites what the stored data proves and
-never sets a count other than the index's.
+field by field; a range with expired detail only by its count. An indexed partition without
+detail whose batch the summary tier's sweep did not expire is lost, and named (`stats.lost`).
+Global and per-worker rollups must equal the sum of the ranges. Repair rewrites what the stored
+data proves and never sets a count other than the index's; it cannot bring lost records back.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from layers.replies import as_text
 from layers.slot_moves import run_transaction
 from stats.compaction import coarse_of, merge_fields
 from stats.fields import by_worker_id, to_numbered, worker_ids
+from stats.lost import LostDetail, indexed_pids, lost_detail, marked, runs
 from stats.reader import StatsReader
 from stats.rollup import RollupBuilder, add_partitions
 
@@ -55,12 +57,13 @@ class CheckReport:
     indexed: int = 0
     undecodable_batches: list[int] = field(default_factory=list)
     repaired_keys: int = 0
+    lost: LostDetail = field(default_factory=LostDetail)  # indexed partitions without detail (`stats.lost`)
 
     @property
     def ok(self) -> bool:
-        """No difference, and every sealed batch read: a batch that cannot be decoded hides what
-        it held from the check, so it fails it."""
-        return not self.differences and not self.undecodable_batches
+        """No difference, every sealed batch read and no detail missing: a batch that cannot be
+        decoded hides what it held from the check, and missing detail is records lost."""
+        return not self.differences and not self.undecodable_batches and not self.lost.missing
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -72,6 +75,9 @@ class CheckReport:
             "indexed": self.indexed,
             "undecodable_batches": self.undecodable_batches,
             "repaired_keys": self.repaired_keys,
+            "detail_expired": self.lost.expired,
+            "detail_missing": len(self.lost.missing),
+            "detail_missing_partitions": runs(self.lost.missing),
         }
 
 
@@ -100,6 +106,11 @@ class StatsChecker:
         self.reader = StatsReader(redis_client, self.keys)
         self._worker_ids: dict[int, str] = {}  # the registry, short -> ID, read by `check`
 
+    def batch_of(self, pid: int) -> int:
+        """A partition's batch as the namespace's batches were written: by the stored batch size,
+        whatever this process is configured with (as the router finds them)."""
+        return pid // self.archive.stored_batch_size()
+
     def _index(self) -> bytes:
         raw = self.redis.get(self.keys.index)
         return raw if isinstance(raw, bytes) else b""
@@ -113,7 +124,7 @@ class StatsChecker:
         self, index: bytes, report: CheckReport, progress: Progress | None, repair: bool
     ) -> dict[int, ArchivedPartition]:
         """Every counted partition whose detail still exists, by pid."""
-        k, policy = self.keys, self.archive.policy
+        k = self.keys
         found: dict[int, ArchivedPartition] = {}
 
         def indexed(pid: int) -> bool:
@@ -122,7 +133,7 @@ class StatsChecker:
         for _, raw in self.redis.hscan_iter(k.completed, count=1000):
             self._keep(found, raw, indexed)
         max_pid = stored_int(k.archive_meta, "max_pid", self.redis.hget(k.archive_meta, "max_pid"), default=0)
-        last_batch = policy.batch_of(max_pid)
+        last_batch = self.batch_of(max_pid)
         for start in range(0, last_batch + 1, _CHUNK):
             self._batch_detail(range(start, min(last_batch + 1, start + _CHUNK)), indexed, report, repair, found)
             if progress:
@@ -172,12 +183,17 @@ class StatsChecker:
         detail = self._detail(index, report, progress, repair)
         report.partitions_with_detail = len(detail)
         indexed_per_range: dict[int, int] = defaultdict(int)
-        for byte_no, byte in enumerate(index):
-            if byte:
-                for bit in range(8):
-                    if byte & (0x80 >> bit):
-                        indexed_per_range[(byte_no * 8 + bit) // width] += 1
+        for pid in indexed_pids(index):
+            indexed_per_range[pid // width] += 1
         report.indexed = sum(indexed_per_range.values())
+        marks: Any = self.redis.get(self.keys.expired_batches)  # read after the detail: a sweep meanwhile counts
+        report.lost = lost_detail(
+            indexed_pids(index),
+            detail,
+            self.batch_of,
+            lambda b: marked(marks or b"", b),
+            set(report.undecodable_batches),
+        )
         by_range: dict[int, list[ArchivedPartition]] = defaultdict(list)
         for part in detail.values():
             by_range[part.partition_id // width].append(part)

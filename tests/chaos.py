@@ -8,7 +8,10 @@ starts it without its data while the archivers keep running: they must recover b
 valkey-server (the embedded one) on a free port, never a server the harness did not start.
 
 Prints lost / double-counted / recovered counts; exits non-zero on any loss, double count,
-failed verification or unexpected process error. ``--short`` is the form CI runs.
+failed verification or unexpected process error. Lost is counted from records, not index bits:
+every partition is asked of the query router and its record checked field by field. Phase 1
+runs in the compressed tier (``PARTARCHIVE_COMPRESSED_FROM``), so kills land while batches are
+sealed. ``--short`` is the form CI runs.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from pathlib import Path
 
 import redis
 
+from archiver import QueryRouter
+from codec import ArchivedPartition
 from layers import ActiveLayer, KeySchema
 from stats import StatsChecker
 
@@ -41,7 +46,8 @@ SHORT = dict(
 class ChaosReport:
     partitions: int = 0
     archived: int = 0
-    lost: int = 0
+    lost: int = 0  # partitions the router has no record of (records asked one by one, not index bits)
+    wrong_records: int = 0  # records that are not what was created and completed (ids, worker, times)
     double_counted: int = 0
     dead_lettered: int = 0  # not lost (requeueable), but nothing here should be poison
     verify_ok: bool = False
@@ -59,6 +65,7 @@ class ChaosReport:
     def ok(self) -> bool:
         return (
             not self.lost
+            and not self.wrong_records
             and not self.double_counted
             and not self.dead_lettered
             and self.verify_ok
@@ -203,15 +210,43 @@ def _settled(url: str, created: int) -> bool:
         return False
 
 
-def _account(url: str, report: ChaosReport, created: int) -> None:
+def _check_records(client: redis.Redis, created: int, workers: int, since: float) -> tuple[int, int, list[str]]:
+    """Every partition asked of the router, its record checked field by field against what was
+    created (``create_partitions(1, created * 10, 10)``) and completed (by one of the workers,
+    after ``since``): (partitions without a record, records that are wrong, a few examples)."""
+    router = QueryRouter(client, NAMESPACE)
+    names = {f"worker{i}" for i in range(workers)}
+    now = time.time() + 5
+    missing = wrong = 0
+    examples: list[str] = []
+    for pid in range(1, created + 1):
+        answer = router.get(pid)
+        got = answer.partition
+        if not isinstance(got, ArchivedPartition) or answer.degraded:
+            missing += 1
+            examples.append(f"partition {pid}: no record ({answer.source.value}: {answer.detail})")
+        elif (
+            (got.partition_id, got.min_id, got.max_id) != (pid, (pid - 1) * 10 + 1, pid * 10)
+            or got.worker_id not in names
+            or not since - 5 <= got.completed_at <= now
+            or not 0 <= got.duration <= now - since + 5
+        ):
+            wrong += 1
+            examples.append(f"partition {pid}: wrong record {got}")
+    return missing, wrong, examples[:5]
+
+
+def _account(url: str, report: ChaosReport, created: int, workers: int, since: float) -> None:
     client = _client(url)
     keys = KeySchema(NAMESPACE)
     archived = int(client.bitcount(keys.index))
     counted = int(client.hget(keys.stats_global, "completed") or 0)
     report.archived = archived
-    dead = int(client.xlen(keys.dead_letter))
-    report.dead_lettered += dead
-    report.lost += created - archived - dead
+    report.dead_lettered += int(client.xlen(keys.dead_letter))
+    missing, wrong, examples = _check_records(client, created, workers, since)
+    report.lost += missing
+    report.wrong_records += wrong
+    report.errors += examples
     report.double_counted += max(0, counted - archived)
     check = StatsChecker(client, keys).check()
     report.verify_ok = check.ok
@@ -229,6 +264,7 @@ def run(*, partitions: int, archivers: int, workers: int, kill_every_s: float, w
         server.start()
         procs = Processes(server.url, worker_delay_s, Path(tmp))
         try:
+            since = time.time()
             ActiveLayer(_client(server.url), NAMESPACE).create_partitions(1, partitions * 10, 10)
             for i in range(archivers):
                 procs.start(f"archiver{i}")
@@ -257,7 +293,7 @@ def run(*, partitions: int, archivers: int, workers: int, kill_every_s: float, w
             _wait("every partition archived, with every fault injected",
                   lambda: not faults and report.archiver_kills >= min_kills and _settled(server.url, partitions),
                   timeout_s, tick)
-            _account(server.url, report, partitions)
+            _account(server.url, report, partitions, workers, since)
 
             # phase 2: the server comes back empty while the archivers keep running
             server.kill()
@@ -265,10 +301,11 @@ def run(*, partitions: int, archivers: int, workers: int, kill_every_s: float, w
             server.start()
             report.server_data_losses += 1
             second = max(100, partitions // 10)
+            since = time.time()
             ActiveLayer(_client(server.url), NAMESPACE).create_partitions(1, second * 10, 10)
             _wait("the new job archived by the same archivers", lambda: _settled(server.url, second), timeout_s)
             phase1_verify = report.verify_ok
-            _account(server.url, report, second)
+            _account(server.url, report, second, workers, since)
             report.verify_ok = report.verify_ok and phase1_verify
             report.recovered_after_data_loss = True
             report.oom_refusals = procs.log_lines("oom")

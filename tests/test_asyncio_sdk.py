@@ -22,6 +22,7 @@ from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, AsyncActiveLayer, KeySchema, PartitionNotFound, Tier, TierPolicy
 from layers.clock import AsyncServerClock
 from stats.commit import CommitBuffer
+from tests.conftest import delete_namespace
 
 T = TypeVar("T")
 NOW = 1_763_900_000
@@ -218,3 +219,35 @@ def test_a_cancelled_complete_hands_its_latencies_to_the_next(fake_redis: redis.
 
     latencies = run(main())
     assert sum(int(v) for k, v in latencies.items() if k.startswith(b"b")) == 1  # the first completion's
+
+
+def _readme_asyncio_example(url: str, namespace: str, partitions: int) -> str:
+    """The README's asyncio worker, on this engine and namespace, over fewer partitions."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    start = readme.index("```python", readme.index("The same worker on asyncio"))
+    code = readme[start + len("```python") : readme.index("```", start + 3)]
+    code = code.replace('"redis://localhost:6379/0"', repr(url)).replace('namespace="elk"', f"namespace={namespace!r}")
+    assert "1, 3_000_000, 1000" in code
+    return code.replace("1, 3_000_000, 1000", f"1, {partitions * 1000}, 1000")
+
+
+def test_the_readmes_asyncio_example_runs_its_200_tasks(
+    engine_url: str, real_redis: redis.Redis, namespace: str
+) -> None:
+    """redis-py's default pool refuses a client's 101st connection, so 200 tasks on a client made
+    with `Redis.from_url` fail at once; the README's example sets a pool that makes them wait."""
+
+    async def process(min_id: int, max_id: int) -> None:
+        await asyncio.sleep(0.001)
+
+    code = _readme_asyncio_example(engine_url, namespace, 400)
+    plain = code.replace("redis.asyncio.Redis(connection_pool=pool)", f"redis.asyncio.Redis.from_url({engine_url!r})")
+    with pytest.raises(redis.exceptions.MaxConnectionsError):  # what the README warns of
+        exec(compile(plain, "README.md", "exec"), {"process": process, "__name__": "readme"})
+    delete_namespace(real_redis, namespace)
+    exec(compile(code, "README.md", "exec"), {"process": process, "__name__": "readme"})
+    keys = KeySchema(namespace)
+    assert real_redis.hlen(keys.active) == 0
+    assert ArchiveQueue(real_redis, keys).state().length == 400  # every partition completed once, by the 200 tasks

@@ -92,3 +92,56 @@ def test_a_stop_ends_an_injected_pause_at_once(engine_url: str, real_redis: redi
     assert proc.returncode == 0, err
     assert b"archiver stopped" in err
     assert real_redis.hlen(keys.completed) == 20 and queue.state().pending == 0
+
+
+@pytest.mark.parametrize(("tier", "settings"), [
+    ("compressed", {"PARTARCHIVE_COMPRESSED_FROM": "0"}),
+    ("summary", {"PARTARCHIVE_COMPRESSED_FROM": "0", "PARTARCHIVE_SUMMARY_ABOVE": "100"}),
+])  # fmt: skip
+def test_after_kills_in_a_batch_tier_the_router_gives_every_partitions_record_as_completed(
+    engine_url: str, real_redis: redis.Redis, namespace: str, tier: str, settings: dict[str, str]
+) -> None:
+    """Archivers killed with SIGKILL twice while sealing batches; a survivor finishes. The index
+    bits prove little on their own: every partition is asked of the router, and its record must
+    be the one its worker completed, field by field."""
+    from archiver import QueryRouter
+    from codec import ArchivedPartition
+    from codec.page import read_payloads
+    from layers import ArchiveLayer, Tier
+
+    keys = KeySchema(namespace)
+    pids = complete_partitions(real_redis, namespace, 1000)
+    cols, taken, refused = read_payloads([fields[b"p"] for _, fields in real_redis.xrange(keys.queue)])
+    assert not refused and len(taken) == 1000
+    completed = {p.partition_id: p for p in cols.archived()}  # as queued by the workers' complete()
+    archived = lambda: int(real_redis.bitcount(keys.index))  # noqa: E731
+    for n, when in enumerate((300, 600)):
+        kill_archiver_when(
+            engine_url,
+            namespace,
+            f"victim{n}",
+            lambda when=when: archived() >= when,
+            f"{when} archived",
+            "--read-count",
+            "100",
+            "--claim-idle-ms",
+            "500",
+            pauses={"after_read": 0.1},
+            **settings,
+        )  # fmt: skip  (a pause after each page read: the kill lands between pages, seals and commits)
+    survivor = start_archiver(engine_url, namespace, "--consumer", "survivor", "--claim-idle-ms", "500", **settings)
+    try:
+        wait_for(lambda: archived() == 1000 and real_redis.xlen(keys.queue) == 0, what="every partition archived")
+    finally:
+        survivor.send_signal(signal.SIGTERM)
+        survivor.communicate(timeout=15)
+    assert survivor.returncode == 0
+    assert ArchiveLayer(real_redis, keys).tier() is Tier(tier)
+    router = QueryRouter(real_redis, namespace)
+    wrong = []
+    for pid in pids:
+        answer = router.get(pid)
+        got = answer.partition
+        if not isinstance(got, ArchivedPartition) or answer.degraded or got != completed[pid]:  # every field
+            wrong.append((pid, answer.source.value, got))
+    assert wrong == [], f"{len(wrong)} partitions without their record, e.g. {wrong[:3]}"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 
 import orjson
@@ -28,7 +29,9 @@ def test_rates_and_the_eta_from_samples() -> None:
     assert job.rates["1m"] == 1.0  # (6900 - 6840) / 60
     assert job.rates["5m"] == 1.0  # (6900 - 6600) / 300
     assert job.rates["1h"] == round(3300 / 3600, 3)
-    assert job.rates["6h"] is None and job.rates["24h"] is None  # 2 h of samples cover less than half of them
+    assert job.rate_covers_s["1h"] == 3600.0
+    assert job.rates["6h"] == job.rates["24h"] == round(6900 / 7200, 3)  # over the 2 h the samples cover,
+    assert job.rate_covers_s["6h"] == job.rate_covers_s["24h"] == 7200.0  # and marked as such
     assert job.eta_s == 600.0 and job.eta.startswith("10 min at 1.0/s")
     trend = {m["minute"]: m["completed"] for m in job.trend}
     assert len(job.trend) == 60 and trend[job.trend[-1]["minute"]] == 60  # this minute: since the last sample
@@ -45,7 +48,10 @@ def test_the_eta_says_when_it_cannot_tell() -> None:
     stalled = job_progress({"pending": 5}, 97, 0, 0, [(NOW - 600, 97)], NOW)
     assert stalled.eta_s is None and stalled.eta.startswith("unknown")
     fresh = job_progress({"pending": 5}, 10, 0, 0, [(NOW - 20, 0)], NOW)
-    assert all(rate is None for rate in fresh.rates.values())  # 20 s of samples cover no window's half
+    assert set(fresh.rates.values()) == {0.5} and set(fresh.rate_covers_s.values()) == {20.0}  # the 20 s known
+    assert fresh.eta.startswith("10 s at 0.5/s")
+    started = job_progress({"pending": 5}, 10, 0, 0, [(NOW - 5, 0)], NOW)
+    assert set(started.rates.values()) == {None}  # less than a sampling interval: nothing measured yet
 
 
 def test_progress_in_status_stats_and_metrics(engine_url: str, real_redis: redis.Redis, namespace: str) -> None:
@@ -68,8 +74,10 @@ def test_progress_in_status_stats_and_metrics(engine_url: str, real_redis: redis
     assert report["queued"] == 12 and report["archived"] == 0  # done the moment the worker completed it
     assert 0.018 < report["rates"]["5m"] <= 0.021  # 12 in about 600 s
     assert 37 / 0.021 <= report["eta_s"] <= 37 / 0.018
+    assert report["rate_covers_s"]["5m"] == 300 and 590 <= report["rate_covers_s"]["24h"] <= 620
     table = run_cli(engine_url, namespace, "status").stdout
     assert "12 of 50 done (24.0%), 1 failed, 37 pending" in table and "\nETA " in table
+    assert "24h 0.0/s (over the last 6" in table or "24h 0.0/s (over the last 5" in table  # marked as partial
 
     with TestClient(create_app(real_redis, Config(namespace=namespace))) as http:
         stats = http.get("/stats").json()
@@ -81,7 +89,8 @@ def test_progress_in_status_stats_and_metrics(engine_url: str, real_redis: redis
     assert parts == {"total": 50, "done": 12, "failed": 1, "pending": 37}
     rates = {s.labels["window"]: s.value for s in families["partarchive_job_completion_rate"].samples
              if s.labels["namespace"] == namespace}  # fmt: skip
-    assert 0.018 < rates["5m"] <= 0.021 and math.isnan(rates["24h"])  # unknown: too little history
+    assert 0.018 < rates["5m"] <= 0.021 and 0.018 < rates["24h"] <= 0.021  # 24 h: over the 600 s sampled so far
+    assert not math.isnan(rates["1h"])
     [eta] = [s.value for s in families["partarchive_job_eta_seconds"].samples if s.labels["namespace"] == namespace]
     assert 37 / 0.021 <= eta <= 37 / 0.018
 
@@ -93,3 +102,24 @@ def test_samples_are_kept_for_a_day(real_redis: redis.Redis, namespace: str) -> 
     log.sample(now=(1000 + 1600) * 60)
     kept = sorted(int(m) for m in real_redis.hkeys(keys.progress))
     assert kept[0] == 1000 + 1600 - 25 * 60 and kept[-1] == 1000 + 1600
+
+
+def test_right_after_a_job_the_rates_and_the_minute_chart_show_its_first_completions(
+    real_redis: redis.Redis, namespace: str
+) -> None:
+    """The archiver's sampler began with the job: 3,000 completions, all within the first minute
+    sampled. Rates are given over the 50 s the samples cover (and say so), and the minute's bar
+    counts from its first sample, as the hourly chart counts the same completions."""
+    keys = KeySchema(namespace)
+    log = ProgressLog(real_redis, keys)
+    minute = int(NOW // 60) * 60
+    log.sample(now=minute + 5)  # nothing done yet
+    real_redis.hset(keys.archive_meta, "total", 3000)  # the job's completions, archived
+    log.sample(now=minute + 55)
+    job = log.read({}, now=minute + 55)
+    assert job.done == 3000
+    assert set(job.rates.values()) == {60.0} and set(job.rate_covers_s.values()) == {50.0}  # 3,000 in 50 s
+    last = job.trend[-1]
+    assert last["completed"] == 3000
+    assert last["since"] == dt.datetime.fromtimestamp(minute + 5, dt.UTC).strftime("%H:%M:%SZ")  # partial, said so
+    assert sum(m["completed"] or 0 for m in job.trend) == 3000

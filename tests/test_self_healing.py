@@ -92,6 +92,35 @@ def test_dead_consumers_are_removed_once_their_entries_are_claimed(real_redis: r
     assert survivor.archived == 20 and real_redis.bitcount(keys.index) == 20
 
 
+def test_a_dead_judged_consumer_that_reads_before_its_deletion_keeps_its_entries(
+    real_redis: redis.Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An archiver judged dead (no beat, idle, nothing pending) wakes and reads right after the
+    consumers were listed: the deletion must not drop the entries it now holds."""
+    keys = KeySchema(namespace)
+    complete_partitions(real_redis, namespace, 10)
+    queue = ArchiveQueue(real_redis, keys)
+    queue.ensure_group()
+    real_redis.xgroup_createconsumer(keys.queue, "archivers", "sleeper")
+    time.sleep(0.05)
+    listed = real_redis.xinfo_consumers
+
+    def listed_then_woken(*args: object, **kw: object) -> object:
+        consumers = listed(*args, **kw)
+        queue.read_new("sleeper", 5, 0)  # the sleeper wakes between the listing and the deletion
+        return consumers
+
+    monkeypatch.setattr(real_redis, "xinfo_consumers", listed_then_woken)
+    assert Liveness(real_redis, keys).remove_dead_consumers(claim_idle_ms=20) == []
+    monkeypatch.undo()
+    assert _consumers(real_redis, keys) == {"sleeper": 5}  # its entries are still pending, to be taken over
+    time.sleep(0.05)
+    real_redis.xack(keys.queue, "archivers", *[e[0] for e in real_redis.xrange(keys.queue, count=5)])
+    time.sleep(0.05)
+    assert Liveness(real_redis, keys).remove_dead_consumers(claim_idle_ms=20) == ["sleeper"]  # still removed once idle
+    assert _consumers(real_redis, keys) == {}
+
+
 def test_readiness_reports_no_live_archiver_while_the_queue_grows(real_redis: redis.Redis, namespace: str) -> None:
     config = Config(namespace=namespace)
     with TestClient(create_app(real_redis, config)) as http:

@@ -90,3 +90,34 @@ def test_started_before_the_server_it_waits_then_archives(server: Server, tmp_pa
     _complete(client, 20)
     assert _archived_soon(client, 20) == 20
     assert _stopped(proc) == 0
+
+
+def test_refused_writes_are_one_warning_while_they_last_and_a_line_when_they_end(server: Server) -> None:
+    """min-replicas-to-write with no replica: every write is refused with NOREPLICAS. The archiver
+    says so once, with the reason, not a stack trace a round, and says when it is over."""
+    from structlog.testing import capture_logs
+
+    from archiver import ArchiverDaemon, Config
+
+    server.start()
+    client = redis.Redis.from_url(server.url)
+    ActiveLayer(client, NS).create_partitions(1, 200, 10)
+    _complete(client, 20)
+    daemon = ArchiverDaemon(client, Config(namespace=NS, block_ms=10), consumer="a")
+    daemon.queue.ensure_group()
+    client.config_set("min-replicas-to-write", 1)
+    with capture_logs() as logs:
+        for _ in range(4):
+            daemon._failures = 0  # keep the backoff short: each round waits at most half a second
+            assert daemon.round_with_retry() == 0
+        client.config_set("min-replicas-to-write", 0)
+        while daemon.round_with_retry():
+            pass
+    daemon.finish()
+    lines = [(e["log_level"], e["event"], e.get("reason", "")) for e in logs]
+    refused = [line for line in lines if line[0] == "warning"]
+    assert len(refused) == 1 and refused[0][2].startswith("NOREPLICAS"), lines
+    assert not [e for e in logs if e["log_level"] == "error" or "exc_info" in e], lines
+    again = [e for e in logs if e["event"] == "redis accepts writes again"]
+    assert len(again) == 1 and again[0]["rounds_refused"] == 4, lines
+    assert ArchiveLayer(client, KeySchema(NS)).archived_total() == 20

@@ -224,7 +224,8 @@ def test_repair_never_counts_below_the_index(real_redis: redis.Redis, namespace:
     policy = TierPolicy(compressed_from=0, seal_idle_s=0)
     archive = archive_known_parts(real_redis, namespace, policy)
     stored = archive.shelves.read([0])[0]
-    archive.shelves.write([SlotWrite(0, stored.slot, b"")])  # detail gone, as after expiry
+    archive.shelves.write([SlotWrite(0, stored.slot, b"")])  # detail gone, as after expiry ...
+    real_redis.setbit(archive.keys.expired_batches, 0, 1)  # ... which marks the batch expired
     real_redis.hset(archive.keys.stats_range(1), "count", 2)
     checker = StatsChecker(real_redis, namespace, policy=policy)
     report = checker.check(repair=True)

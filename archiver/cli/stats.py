@@ -17,6 +17,7 @@ from archiver.output import print_json
 from codec import PartArchiveError, ValidationError
 from layers.maintenance import MaintenanceLock
 from stats import StatsChecker, StatsReader
+from stats.lost import runs
 
 
 def command(args: argparse.Namespace, config: Config) -> int:
@@ -125,10 +126,21 @@ def verify_stats(client: redis.Redis, config: Config, *, repair: bool, as_json: 
             print(f"  difference: {diff}")
         if report.undecodable_batches:
             print(f"  undecodable batches: {report.undecodable_batches}")
+        lost = report.lost
+        if lost.expired:
+            print(f"  detail expired (summary tier retention): {lost.expired:,} partitions")
+        if lost.missing:
+            print(
+                f"  detail missing: {len(lost.missing):,} partitions (indexed and counted, their records are gone): "
+                + ", ".join(runs(lost.missing))
+            )
         if repair:
             print(f"repaired {report.repaired_keys} keys" if report.repaired_keys else "nothing to repair")
+            if lost.missing:
+                print(f"lost: the records of {len(lost.missing):,} partitions (above); repair cannot restore them")
         undecodable = f", {len(report.undecodable_batches)} batches unreadable" if report.undecodable_batches else ""
-        print("OK" if report.ok else f"{len(report.differences)} differences{undecodable}")
-    if report.ok or (repair and report.repaired_keys):
+        missing = f", detail of {len(lost.missing):,} partitions missing" if lost.missing else ""
+        print("OK" if report.ok else f"{len(report.differences)} differences{undecodable}{missing}")
+    if report.ok or (repair and report.repaired_keys and not report.lost.missing):
         return 0
     return 1

@@ -14,6 +14,7 @@ from archiver.config import Config
 from archiver.engine.topology import describe_node
 from archiver.output import print_json
 from archiver.status import collect_status
+from layers.progress import WINDOWS
 
 
 def command(args: argparse.Namespace, config: Config) -> int:
@@ -68,7 +69,16 @@ def _progress(p: dict[str, Any]) -> str:
 
 
 def _rates(p: dict[str, Any]) -> str:
-    return ", ".join(f"{w} {'-' if r is None else f'{r:,.1f}/s'}" for w, r in p["rates"].items())
+    """Each window's rate; one over less time than its window (just after the start) says how long."""
+    covers = p.get("rate_covers_s", {})
+
+    def one(window: str, rate: float | None) -> str:
+        if rate is None:
+            return f"{window} -"
+        short = covers.get(window) is not None and covers[window] < WINDOWS[window]
+        return f"{window} {rate:,.1f}/s" + (f" (over the last {covers[window]:,.0f} s)" if short else "")
+
+    return ", ".join(one(w, r) for w, r in p["rates"].items())
 
 
 def _compression(p: dict[str, Any]) -> str:

@@ -3,9 +3,10 @@
 One loop, one consumer of the ``archivers`` group. At start it re-reads what its own
 consumer name left pending; every round it first takes over entries that another
 (dead) replica left idle past ``claim_idle_ms``, then reads new entries. Each entry's
-detail is written at once (simple hash or batch staging, idempotent); the entry is
-acknowledged and deleted later, by the statistics flush, in the same script that sets its
-index bit and counts it. Keep ``claim_idle_ms`` well above the flush interval, or replicas
+detail is written before or with its commit, never after (`archiver.daemon.pages`): in a batch
+tier staged or sealed first; in the simple tier written at once, or carried inside the commit
+when its page makes one due. The entry is acknowledged and deleted by the statistics flush, in
+the same script that sets its index bit and counts it. Keep ``claim_idle_ms`` well above the flush interval, or replicas
 take over each other's buffered entries (harmless, but wasted work).
 """
 
@@ -104,6 +105,8 @@ class ArchiverDaemon:
         self._beat_archived = 0
         self._beat_at = time.monotonic()
         self._failures = 0  # rounds failed in a row (backoff)
+        self._refused_since: float | None = None  # when Redis began refusing writes (`_writes_refused`)
+        self._rounds_refused = 0
         self.index_check = IndexCheck(redis_client, self.keys, config.policy)  # after the group was lost
         self.pacer = MaintenancePacer(
             config.maintenance_slice_s,
@@ -268,12 +271,18 @@ class ArchiverDaemon:
         except redis.ResponseError as exc:
             if "NOGROUP" in str(exc):
                 self.recover_group()
+            elif is_write_refusal(exc):
+                self._writes_refused(exc)
             else:
                 self._round_failed()
         except Exception:
             self._round_failed()
         else:
             self._failures = 0
+            if self._refused_since is not None:
+                refused_s = round(time.monotonic() - self._refused_since, 1)
+                log.info("redis accepts writes again", refused_for_s=refused_s, rounds_refused=self._rounds_refused)
+                self._refused_since = None
             return handled
         return 0
 
@@ -281,6 +290,19 @@ class ArchiverDaemon:
         self._failures += 1
         log.exception("archiver round failed, retrying", attempt=self._failures)
         self._stop.wait(backoff_s(self._failures))
+
+    def _writes_refused(self, exc: redis.ResponseError) -> None:
+        """Redis refuses writes for a while (too few replicas in step, maxmemory, a replica not yet
+        promoted): one warning with the reason when it starts, one line when it ends, no trace per
+        round; nothing is lost meanwhile (the entries stay pending)."""
+        self._failures += 1
+        delay = backoff_s(self._failures)
+        if self._refused_since is None:
+            self._refused_since, self._rounds_refused = time.monotonic(), 0
+            reason = str(exc).splitlines()[0].split(" script:")[0]
+            log.warning("redis refuses writes; archiving waits until it accepts them", reason=reason)
+        self._rounds_refused += 1
+        self._stop.wait(delay)
 
     def recover_group(self) -> None:
         """The consumer group is gone (Redis restarted without its data, or the queue key was
@@ -381,6 +403,12 @@ def until_ready(step: Callable[[], T], stop: threading.Event) -> T | None:
             log.warning("redis not ready at start, retrying", error=str(exc), retry_in_s=delay)
             stop.wait(delay)
     return None
+
+
+def is_write_refusal(exc: redis.ResponseError) -> bool:
+    """Whether Redis refused a write for a reason that passes by itself: fewer replicas in step than
+    ``min-replicas-to-write`` (NOREPLICAS), maxmemory, or a replica not yet promoted."""
+    return isinstance(exc, (OutOfMemoryError, ReadOnlyError)) or str(exc).startswith("NOREPLICAS")
 
 
 def backoff_s(failures: int) -> float:

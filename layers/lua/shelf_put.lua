@@ -4,7 +4,8 @@
 -- ARGV[1] slot count of a shelf created here
 -- ARGV[2..] triples: slot (0-based, each at most once), the blob the caller read in it ('' if
 --           the slot was empty), new blob ('' empties the slot)
--- Returns a 1 (written) or 0 (changed since read: read again) per triple, or
+-- Returns a 1 (written, or the slot already holds that non-empty blob: a write sent again after
+-- its reply was lost) or 0 (changed since read: read again) per triple, or
 -- {'err', 'wrong_type' | 'corrupt' | 'bad_slot', detail} with nothing written.
 -- A shelf left without any blob is deleted.
 -- include: _shelf.lua
@@ -48,6 +49,8 @@ for i = 2, #ARGV, 3 do
   if slots[slot] == ARGV[i + 1] then
     slots[slot] = ARGV[i + 2]
     changed = true
+    results[#results + 1] = 1
+  elseif ARGV[i + 2] ~= '' and slots[slot] == ARGV[i + 2] then
     results[#results + 1] = 1
   else
     results[#results + 1] = 0

@@ -89,7 +89,8 @@ function trend(el, minutes) {
     const attrs = { class: m.completed === null ? "gap" : "bar", x: pad + i * step + 1, y: h - pad - bh, width: Math.max(1, step - 2), height: bh };
     for (const [k, v] of Object.entries(attrs)) bar.setAttribute(k, v);
     const tip = document.createElementNS(SVG, "title");
-    tip.textContent = `${m.minute}: ${m.completed === null ? "no sample" : fmt(m.completed) + " completed"}`;
+    const since = m.since ? ` since ${m.since} (the first sample)` : "";
+    tip.textContent = `${m.minute}: ${m.completed === null ? "no sample" : fmt(m.completed) + " completed" + since}`;
     bar.append(tip);
     svg.append(bar);
   });
@@ -99,6 +100,15 @@ function trend(el, minutes) {
   label.textContent = `${fmt(max)}/min`;
   svg.append(label);
   el.replaceChildren(svg);
+}
+
+const WINDOWS_S = { "1m": 60, "5m": 300, "15m": 900, "1h": 3600, "6h": 21600, "24h": 86400 };
+
+// A rate over less time than its window (just after the start) is marked with the time it covers.
+function rate(r, covers, window) {
+  if (r === null) return "–";
+  const shown = fmt(Math.round(r * 10) / 10);
+  return covers !== null && covers !== undefined && covers < window ? `${shown} (last ${seconds(covers)})` : shown;
 }
 
 function showProgress(p) {
@@ -111,7 +121,7 @@ function showProgress(p) {
   $("eta").textContent = p.eta;
   rows($("progress-rates"), [
     ["window", ...Object.keys(p.rates)],
-    ["completed/s", ...Object.values(p.rates).map((r) => (r === null ? "–" : fmt(Math.round(r * 10) / 10)))],
+    ["completed/s", ...Object.entries(p.rates).map(([w, r]) => rate(r, p.rate_covers_s?.[w], WINDOWS_S[w]))],
   ]);
   trend($("trend"), p.trend);
 }

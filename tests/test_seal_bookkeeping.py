@@ -1,0 +1,76 @@
+"""What a seal leaves besides its blob, on the real engine: the expiry index entry of a batch sealed
+in the summary tier (however it was sealed and whatever tier its sealer last read), and the byte
+counters behind the compression ratio, exact when a page's pipeline fails and is sent again."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from layers import Tier
+from layers.transitions import index_expiry_step
+from tests.test_tiers import archive_layer, parts, store
+
+
+def _expiry(client: redis.Redis, key: str, batch_no: int) -> float | None:
+    score = client.zscore(key, str(batch_no))
+    return None if score is None else float(score)
+
+
+def test_a_batch_sealed_whole_from_records_in_hand_goes_into_the_expiry_index(
+    real_redis: redis.Redis, namespace: str
+) -> None:
+    """Summary tier: a page that fills batch 1 is sealed from the records in hand, never staged."""
+    layer = archive_layer(real_redis, namespace, compressed_from=0, summary_above=0, seal_idle_s=3600)
+    store(layer, parts(1, 5))  # the first commit moves the namespace into the summary tier
+    assert layer.tier() is Tier.SUMMARY
+    page = parts(100, 100)
+    layer.seal_page(layer.stage_page(page), Tier.SUMMARY)
+    assert not real_redis.exists(layer.keys.staging(1)) and layer.batch_blob(1)
+    assert _expiry(real_redis, layer.keys.expiry, 1) == max(p.completed_at for p in page)
+
+
+def test_a_batch_sealed_by_an_archiver_that_read_the_tier_before_it_moved_goes_into_the_expiry_index(
+    real_redis: redis.Redis, namespace: str
+) -> None:
+    """Another archiver's commit moved the namespace into the summary tier and the expiry walk has
+    gone past batch 0 since this archiver last read the tier; it now seals batch 0 whole from
+    records in hand (a slow worker's), with the tier it knows."""
+    layer = archive_layer(real_redis, namespace, compressed_from=0, summary_above=150, seal_idle_s=3600)
+    store(layer, parts(100, 200))  # batches 1 and 2: the total crosses into the summary tier
+    assert layer.tier() is Tier.SUMMARY
+    while index_expiry_step(layer):
+        pass
+    assert real_redis.hget(layer.keys.archive_meta, "expire_cursor") == b"3"  # walked past batch 0
+    late = parts(1, 99)
+    layer.seal_page(layer.stage_page(late), Tier.COMPRESSED)  # the tier this archiver read last
+    assert layer.batch_blob(0)
+    while index_expiry_step(layer):
+        pass
+    assert _expiry(real_redis, layer.keys.expiry, 0) == max(p.completed_at for p in late)
+
+
+def _ratio_of_what_is_stored(layer, batches: range, records: list) -> float:  # type: ignore[no-untyped-def]
+    blob_bytes = sum(len(layer.batch_blob(b) or b"") for b in batches)
+    return round(sum(len(p.to_json()) for p in records) / blob_bytes, 2)
+
+
+def test_byte_counters_are_exact_when_a_pages_pipeline_fails_and_is_sent_again(
+    real_redis: redis.Redis, namespace: str
+) -> None:
+    """A page's one round trip carries the last pages' seal writes and bookkeeping (byte counters);
+    one of its staging writes fails (here a foreign key in the way), so its replies are never read
+    and the same writes and bookkeeping go out again with the next page. Each seal counts once."""
+    layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=3600)
+    keys = layer.keys
+    layer.seal_page(layer.stage_page(parts(1, 99)), Tier.COMPRESSED, defer=True)  # batch 0: encoded
+    layer.seal_page(layer.stage_page(parts(100, 100)), Tier.COMPRESSED, defer=True)  # 0 written, 1 encoded
+    real_redis.set(keys.staging(2), b"in the way")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        layer.stage_page(parts(200, 10))  # ran: batch 0's bookkeeping and batch 1's write; replies unread
+    real_redis.delete(keys.staging(2))
+    layer.seal_page(layer.stage_page(parts(200, 10)), Tier.COMPRESSED, defer=True)  # the same, sent again
+    layer.flush_seals()
+    assert layer.decode_batch(layer.batch_blob(1)) == parts(100, 100)  # type: ignore[arg-type]
+    assert layer.compression_ratio() == _ratio_of_what_is_stored(layer, range(2), parts(1, 199))
+    assert layer.sealing.seals[0] == 1 and layer.sealing.seals[1] == 1
