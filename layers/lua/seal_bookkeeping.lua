@@ -13,7 +13,7 @@
 -- ARGV[3] G, the groups; then per group: its number, JSON bytes, blob bytes added
 -- ARGV[4 + 3G ..] triples: batch, newest completion (unix s), '1' if its sealer read the summary tier
 -- Returns the groups counted now, or {'err', 'wrong_type' | 'corrupt_meta', detail} with nothing written.
-local bad = wrong_type({'hash', 'zset', 'zset'})
+local bad = wrong_type(KEYS, {'hash', 'zset', 'zset'})
 if bad then
   return bad
 end
