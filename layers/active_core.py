@@ -102,6 +102,14 @@ class ActiveCore(ActiveReads):
         self._elk_prefix = ""
         self._unreadable: set[str] = set()  # pids of records upgrade.lua found corrupt: claim passes them over
         self._workers: dict[str, str] = {}  # worker ids checked, as the JSON text the scripts compare
+        k = self.keys  # each step's keys, named once (a key name is built at each ask)
+        self._step_keys = {
+            "claim": [k.active, k.pending, k.leases, *k.go_stats],
+            "start": [k.active, k.leases, *k.go_stats],
+            "heartbeat": [k.active],
+            "complete": [*k.complete_keys, *k.go_stats],
+            "complete_running": k.complete_keys[:5],  # archival running, no latencies handed, not bound
+        }
         self.skipped_records = 0
         self._latencies = LatencyBuffer()  # handed to Redis with a later completion
         self._complete_seconds: Any = None
@@ -198,7 +206,7 @@ class ActiveCore(ActiveReads):
         k = self.keys
         if k.elk_prefix is not None and (yield from self._now()) >= self._next_sync:
             yield from self._sync()
-        keys = [k.active, k.pending, k.leases, *k.go_stats]
+        keys = self._step_keys["claim"]
         upgraded: set[str] = set()
         while True:
             now_ms, now_s, now_elk = yield from self._clock_args()
@@ -298,7 +306,7 @@ class ActiveCore(ActiveReads):
         while True:
             now_ms, now_s, now_elk = yield from self._clock_args()
             args = [pid, worker, now_s, -now_ms, *_trailing(now_elk, expected)]
-            got = yield from self._step("start", [k.active, k.leases, *k.go_stats], args, pid, "start")
+            got = yield from self._step("start", self._step_keys["start"], args, pid, "start")
             if got is not None:
                 return parse_active(got)
 
@@ -308,7 +316,7 @@ class ActiveCore(ActiveReads):
         while True:
             _, now_s, now_elk = yield from self._clock_args()
             args = [pid, worker, now_s, *_trailing(now_elk, expected)]
-            got = yield from self._step("heartbeat", [self.keys.active], args, pid, "heartbeat")
+            got = yield from self._step("heartbeat", self._step_keys["heartbeat"], args, pid, "heartbeat")
             if got is not None:
                 return parse_active(got)
 
@@ -340,7 +348,7 @@ class ActiveCore(ActiveReads):
         try:
             while True:
                 now_ms, now_s, now_elk = yield from self._clock_args()
-                keys = [*k.complete_keys, *k.go_stats] if paused or handed else k.complete_keys[:5]
+                keys = self._step_keys["complete" if paused or handed else "complete_running"]
                 args = [pid, worker, now_s, *_trailing(now_elk, expected, now_ms if paused else "", handed)]
                 got = yield from self._step("complete", keys, args, pid, "complete")
                 if isinstance(got, list) and as_text(got[0]) == "paused":

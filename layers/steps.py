@@ -112,6 +112,8 @@ class SyncIO:
     def _perform(self, step: Any) -> Any:
         if isinstance(step, Script):
             return self.scripts(step.name, step.keys, step.args)
+        if isinstance(step, Call):  # before Batch, whose check is a slow one (redis-py's commands are a Protocol)
+            return step.function(*step.args)
         if isinstance(step, Batch):
             if step.single:
                 args, options = step.calls[0]
@@ -119,8 +121,6 @@ class SyncIO:
             if step.transaction and isinstance(self.client, redis.RedisCluster):
                 return ride_out(lambda: self._batch(step), "transaction")  # refused while its slot moves
             return self._batch(step)
-        if isinstance(step, Call):
-            return step.function(*step.args)
         raise TypeError(f"not a step: {step!r}")
 
     def _batch(self, step: Batch) -> Any:
@@ -157,6 +157,9 @@ class AsyncIO:
     async def _perform(self, step: Any) -> Any:
         if isinstance(step, Script):
             return await self.scripts(step.name, step.keys, step.args)
+        if isinstance(step, Call):
+            got = step.function(*step.args)
+            return await got if inspect.isawaitable(got) else got
         if isinstance(step, Batch):
             if step.single:
                 args, options = step.calls[0]
@@ -165,9 +168,6 @@ class AsyncIO:
             for args, options in step.calls:
                 pipe.execute_command(*args, **options)
             return await pipe.execute(raise_on_error=step.raise_on_error)
-        if isinstance(step, Call):
-            got = step.function(*step.args)
-            return await got if inspect.isawaitable(got) else got
         raise TypeError(f"not a step: {step!r}")
 
 
