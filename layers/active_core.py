@@ -301,7 +301,6 @@ class ActiveCore(ActiveReads):
 
     def _start(self, pid: int, worker_id: str, *, expected_version: int | None = None) -> Steps[PartitionInfo]:
         check_partition_id(pid)
-        k = self.keys
         worker, expected = _worker_json(self, worker_id), _version_arg(expected_version)
         while True:
             now_ms, now_s, now_elk = yield from self._clock_args()

@@ -33,7 +33,7 @@ from weakref import WeakKeyDictionary
 
 import redis
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
 
 from layers.slot_moves import follow_ask_to_new_masters, ride_out
 
@@ -146,8 +146,10 @@ def is_missing_function(exc: ResponseError) -> bool:
 
 
 def lacks_functions(exc: ResponseError) -> bool:
-    """The server has no Redis Functions (before Redis 7)."""
-    return "unknown command" in str(exc).lower()
+    """The server has no Redis Functions (before Redis 7), or the client's user may not load or
+    call them (an ACL that allows scripts only): the steps run as scripts instead."""
+    text = str(exc)
+    return "unknown command" in text.lower() or text.startswith("NOPERM") or isinstance(exc, NoPermissionError)
 
 
 def located(name: str, exc: ResponseError) -> ResponseError:
@@ -217,6 +219,8 @@ class Scripts:
         function = library().function(name)
         for attempt in (1, 2):
             try:
+                if attempt == 2:  # the server has not loaded the library
+                    load_library(client)
                 return client.fcall(function, len(keys), *keys, *args)
             except ResponseError as exc:
                 if lacks_functions(exc):
@@ -224,7 +228,6 @@ class Scripts:
                     return self(name, keys, args, client)
                 if attempt == 2 or not is_missing_function(exc):
                     raise located(name, exc) from None
-            load_library(client)
         raise AssertionError("unreachable")
 
     def run_many(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any]:

@@ -54,6 +54,12 @@ class AsyncScripts:
         function = library().function(name)
         for attempt in (1, 2):
             try:
+                if attempt == 2:  # the server has not loaded the library
+                    try:
+                        await self._client.function_load(library().source.text)
+                    except ResponseError as exc:
+                        if "already exists" not in str(exc):
+                            raise
                 return await self._client.fcall(function, len(keys), *keys, *args)
             except ResponseError as exc:
                 if lacks_functions(exc):
@@ -61,9 +67,4 @@ class AsyncScripts:
                     return await self(name, keys, args)
                 if attempt == 2 or not is_missing_function(exc):
                     raise located(name, exc) from None
-            try:
-                await self._client.function_load(library().source.text)
-            except ResponseError as exc:
-                if "already exists" not in str(exc):
-                    raise
         raise AssertionError("unreachable")

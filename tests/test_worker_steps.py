@@ -180,3 +180,29 @@ def test_claims_look_for_stale_leases_every_so_often_and_when_nothing_is_pending
     clock.advance(0.1)
     assert sdk.claim("w3").partition_id == 2  # type: ignore[union-attr]  # nothing pending: it looks
     assert sdk.claim("w3") is None
+
+
+def test_a_user_who_may_not_use_functions_runs_the_steps_as_scripts(
+    real_redis: redis.Redis, namespace: str, flavour: Flavour
+) -> None:
+    """An ACL that allows scripts and not FUNCTION LOAD / FCALL (as before issue 34): the steps run
+    as scripts for that client."""
+    user, password = f"u{namespace}", "secret-for-the-test"
+    real_redis.acl_setuser(user, enabled=True, passwords=[f"+{password}"], keys=["*"], channels=["*"],
+                           commands=["+@all", "-function", "-fcall", "-fcall_ro"])  # fmt: skip
+    try:
+        kwargs = real_redis.connection_pool.connection_kwargs
+        client = redis.Redis(host=kwargs["host"], port=kwargs["port"], db=kwargs.get("db", 0), username=user,
+                             password=password)  # fmt: skip
+        sdk = flavour.active(client, namespace)
+        sdk.create_partitions(1, 20, 10)
+        part = sdk.claim("w1")
+        assert part is not None
+        sdk.start(part.partition_id, "w1")
+        sdk.heartbeat(part.partition_id, "w1")
+        assert sdk.complete(part.partition_id, "w1").archived is not None
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            client.fcall(library().function("claim"), 0)
+        client.close()
+    finally:
+        real_redis.acl_deluser(user)
