@@ -170,7 +170,8 @@ def _fast_partition(data: Any) -> tuple[Any, ...] | None:
         return None
     pid, lo, hi = data["partition_id"], data["min_id"], data["max_id"]
     worker, error, version, options = data["worker_id"], data["error"], data["version"], data["options"]
-    times = (data["created_at"], data["updated_at"], data["last_heartbeat"], data["claimed_at"])
+    created, updated = data["created_at"], data["updated_at"]
+    heartbeat, claimed = data["last_heartbeat"], data["claimed_at"]
     status = _STATUSES.get(data["status"])
     if not (
         status is not None
@@ -181,7 +182,14 @@ def _fast_partition(data: Any) -> tuple[Any, ...] | None:
         and 1 <= pid <= MAX_ID
         and MIN_INT64 <= lo <= hi <= MAX_INT64
         and 0 <= version <= MAX_ID
-        and all(type(t) is int and 0 <= t <= _TS for t in times)
+        and type(created) is int
+        and type(updated) is int
+        and type(heartbeat) is int
+        and type(claimed) is int
+        and 0 <= created <= _TS
+        and 0 <= updated <= _TS
+        and 0 <= heartbeat <= _TS
+        and 0 <= claimed <= _TS
         and type(worker) is str
         and len(worker) <= MAX_WORKER_ID_BYTES // 4
         and not _has_control(worker)
@@ -190,7 +198,7 @@ def _fast_partition(data: Any) -> tuple[Any, ...] | None:
         and type(options) is dict
     ):
         return None
-    return (pid, lo, hi, status, worker, version, error, *times, options)
+    return (pid, lo, hi, status, worker, version, error, created, updated, heartbeat, claimed, options)
 
 
 class _ArchivedFields(NamedTuple):
