@@ -84,8 +84,8 @@ def _percentiles(times: list[float]) -> tuple[float | None, float | None]:
     if not times:
         return None, None
     ordered = sorted(times)
-    pick = lambda q: round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 3)  # noqa: E731
-    return pick(0.5), pick(0.99)
+    at = [ordered[min(len(ordered) - 1, int(q * len(ordered)))] for q in (0.5, 0.99)]
+    return round(at[0] * 1000, 3), round(at[1] * 1000, 3)
 
 
 def build_report(ns: Namespace, state: ArchivalState, *, sample: int = SAMPLE) -> CohortReport:
@@ -109,7 +109,12 @@ def build_report(ns: Namespace, state: ArchivalState, *, sample: int = SAMPLE) -
         notes.append("no archived partition found to time lookups of")
     cohorts = []
     for prefix, completions, pids, size in (
-        ("", max(0, _int(meta.get("total")) + int(queued or 0) - state.released), archived_pids, _archive_bytes(ns, meta, int(simple or 0), sample)),
+        (
+            "",
+            max(0, _int(meta.get("total")) + int(queued or 0) - state.released),
+            archived_pids,
+            _archive_bytes(ns, meta, int(simple or 0), sample),
+        ),
         ("h", held_total, held_pids, _active_bytes(ns, held_pids)),
     ):
         counts = _counts(fields, prefix)
@@ -157,7 +162,8 @@ def _active_bytes(ns: Namespace, pids: list[int]) -> float | None:
     pipe = ns.redis.pipeline(transaction=False)
     for pid in pids:
         pipe.hstrlen(ns.keys.active, pid)
-    return round(sum(n + len(str(pid)) for pid, n in zip(pids, pipe.execute(), strict=True)) / len(pids), 1)
+    sizes: list[int] = pipe.execute()
+    return round(sum(n + len(str(pid)) for pid, n in zip(pids, sizes, strict=True)) / len(pids), 1)
 
 
 def _archive_bytes(ns: Namespace, meta: dict[str, str], simple: int, sample: int) -> float | None:
@@ -173,4 +179,5 @@ def _archive_bytes(ns: Namespace, meta: dict[str, str], simple: int, sample: int
     pipe = ns.redis.pipeline(transaction=False)
     for f in fields:
         pipe.hstrlen(ns.keys.completed, f)
-    return round(sum(n + len(f) for f, n in zip(fields, pipe.execute(), strict=True)) / len(fields), 1)
+    sizes: list[int] = pipe.execute()
+    return round(sum(n + len(f) for f, n in zip(fields, sizes, strict=True)) / len(fields), 1)

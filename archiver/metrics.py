@@ -35,9 +35,7 @@ from layers.transitions import transition_state
 log = structlog.get_logger("partarchive.metrics")
 
 NS = ["namespace"]
-ROUTER_ANSWERS = Counter(
-    "partarchive_router_answers", "Router answers by the layer that answered.", [*NS, "source"]
-)
+ROUTER_ANSWERS = Counter("partarchive_router_answers", "Router answers by the layer that answered.", [*NS, "source"])
 ROUTER_SECONDS = Histogram(
     "partarchive_router_seconds",
     "Router lookup latency.",

@@ -305,7 +305,6 @@ class ActiveCore(ActiveReads):
 
     def _start(self, pid: int, worker_id: str, *, expected_version: int | None = None) -> Steps[PartitionInfo]:
         check_partition_id(pid)
-        k = self.keys
         worker, expected = _worker_json(self, worker_id), _version_arg(expected_version)
         while True:
             now_ms, now_s, now_elk = yield from self._clock_args()
@@ -355,7 +354,12 @@ class ActiveCore(ActiveReads):
                 keys = self._step_keys["complete_holding" if holding else "complete_running"]
                 if handed or held_handed or k.elk_prefix is not None:
                     keys = self._step_keys["complete"]
-                args = [pid, worker, now_s, *_trailing(now_elk, expected, now_ms if holding else "", handed, held_handed)]
+                args = [
+                    pid,
+                    worker,
+                    now_s,
+                    *_trailing(now_elk, expected, now_ms if holding else "", handed, held_handed),
+                ]
                 got = yield from self._step("complete", keys, args, pid, "complete")
                 if isinstance(got, list) and as_text(got[0]) == "paused" and not holding:
                     self._holding = True  # sent again with what a completion held needs

@@ -65,7 +65,7 @@ def test_a_share_archives_its_share_then_more_then_all(real_redis: redis.Redis, 
     assert all(router.get(p).found for p in pids[: 2 * n])
 
     assert switch.rollout(100) == len(held) - len(now_in) + len(held50)
-    archived100, held100 = _complete(layer, n)
+    _archived100, held100 = _complete(layer, n)
     assert not held100 and switch.state().held == 0
     assert real_redis.getdel(keys.archival_paused) is None  # a share of 100 is no switch at all
     queued = [int(json.loads(f[b"p"])["partition_id"]) for _, f in real_redis.xrange(keys.queue)]
@@ -81,7 +81,7 @@ def test_lowering_the_share_changes_only_later_completions(any_redis: redis.Redi
     layer.create_partitions(1, 4000, 10)
     switch = ArchivalSwitch(any_redis, layer.keys)
     switch.rollout(60)
-    archived, held = _complete(layer, 100)
+    _archived, held = _complete(layer, 100)
     queue = any_redis.xlen(layer.keys.queue)
     assert switch.rollout(20) == 0
     assert any_redis.xlen(layer.keys.queue) == queue and switch.state().held == len(held)
@@ -139,7 +139,10 @@ def test_the_command_line(engine_url: str, real_redis: redis.Redis, namespace: s
     assert report["share"] == 25 and report["held"] == len(held)
     assert report["cohorts"]["archived"]["completions"] == len(archived)
     assert report["cohorts"]["held"]["completions"] == len(held)
-    assert report["cohorts"]["held"]["bytes_per_partition"] > 0 and report["cohorts"]["archived"]["bytes_per_partition"] > 0
+    assert (
+        report["cohorts"]["held"]["bytes_per_partition"] > 0
+        and report["cohorts"]["archived"]["bytes_per_partition"] > 0
+    )
     assert report["cohorts"]["held"]["lookups_sampled"] > 0 and report["cohorts"]["archived"]["lookups_sampled"] > 0
     text = run_cli(engine_url, namespace, "archival", "report")
     assert text.returncode == 0 and "complete() p99" in text.stdout and "all_active" in text.stdout

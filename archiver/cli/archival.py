@@ -55,8 +55,10 @@ def format_archival(state: ArchivalState, backlog: int) -> str:
     if not state.paused:
         share = "every completion" if state.share == 100 else f"share {state.share}% of the partitions"
         return f"archival: running, {share} (archive queue backlog {backlog:,})\n{counts}"
-    since = "an unknown time" if state.since is None else dt.datetime.fromtimestamp(state.since, dt.UTC).isoformat(
-        timespec="seconds"
+    since = (
+        "an unknown time"
+        if state.since is None
+        else dt.datetime.fromtimestamp(state.since, dt.UTC).isoformat(timespec="seconds")
     )
     return (
         f"archival: paused since {since}{f' by {state.by}' if state.by else ''} (share {state.share}% on resume)\n"
@@ -86,8 +88,9 @@ def format_report(report: CohortReport) -> str:
     lines = [f"gray release: {state}, held {report.held:,}, released {report.released:,}",
              f"  {'':<22}{'archived':>18}{'held':>18}"]  # fmt: skip
     lines += [f"  {name:<22}{left:>18}{right:>18}" for name, left, right in rows]
-    lines.append(f"  all_active ({report.active_records:,} records): {report.all_active_s * 1000:.1f} ms with the held ones,"
-                 f" ~{report.all_active_without_held_s * 1000:.1f} ms without (estimated)")  # fmt: skip
+    with_held, without = report.all_active_s * 1000, report.all_active_without_held_s * 1000
+    lines.append(f"  all_active ({report.active_records:,} records): {with_held:.1f} ms with the held ones,"
+                 f" ~{without:.1f} ms without (estimated)")  # fmt: skip
     lines += [f"  note: {note}" for note in report.notes]
     return "\n".join(lines)
 
