@@ -4,6 +4,7 @@ it through the exactly-once path, a pause wins while set."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import subprocess
@@ -12,15 +13,19 @@ import sys
 import pytest
 import redis
 
+from archiver.cli.main import main
 from archiver.config import Config
 from archiver.daemon.loop import ArchiverDaemon, drain
+from archiver.engine import async_twin
+from archiver.engine.local_sentinel import LocalSentinel
 from archiver.router import QueryRouter
 from codec import ValidationError
-from layers import ActiveLayer, ArchiveLayer, KeySchema
+from layers import ActiveLayer, ArchiveLayer, AsyncActiveLayer, KeySchema
 from layers.archival import ArchivalSwitch, share_bucket
 from stats import StatsChecker, StatsReader
 from tests.helpers import RouterWatch, cli_env, run_cli, scraped, start_archiver, stop_process, wait_for
 from tests.test_archival import _Workers
+from tests.test_sentinel import PASSWORDS, UNUSED_URL, _flags
 
 
 def _complete(layer: ActiveLayer, count: int) -> tuple[list[int], list[int]]:
@@ -188,3 +193,48 @@ def test_kill_9_of_the_cli_and_of_the_archiver_in_the_middle_of_a_share_change(
     assert StatsReader(real_redis, keys).stats()["completed"]["total_completed"] == n  # counted once
     assert StatsChecker(real_redis, keys).check().ok
     assert switch.state().released >= n // 2 and real_redis.xlen(keys.queue) == 0
+
+
+def test_the_asyncio_sdk_holds_and_archives_by_the_share(server_redis: redis.Redis, namespace: str) -> None:
+    twin = async_twin(server_redis)
+
+    async def main() -> tuple[list[int], list[int]]:
+        sdk = AsyncActiveLayer(twin, namespace)
+        await sdk.create_partitions(1, 400 * 10, 10)
+        archived, held = [], []
+        while (part := await sdk.claim("w")) is not None:
+            done = await sdk.complete(part.partition_id, "w")
+            (held if done.held else archived).append(part.partition_id)
+        await twin.aclose()
+        return archived, held
+
+    switch = ArchivalSwitch(server_redis, KeySchema.of(namespace, client=server_redis))
+    switch.rollout(40)
+    archived, held = asyncio.run(main())
+    _within_binomial(len(archived), 400, 40)
+    assert all(share_bucket(p) < 40 for p in archived) and all(share_bucket(p) >= 40 for p in held)
+    assert switch.rollout(100) == len(held) and switch.state().held == 0
+
+
+@pytest.mark.sentinel
+def test_a_rollout_through_the_sentinels(
+    local_sentinel: LocalSentinel,
+    sentinel_redis: redis.Redis,
+    namespace: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    layer = ActiveLayer(sentinel_redis, namespace)
+    layer.create_partitions(1, 3000, 10)
+    for name, value in {"REDIS_URL": UNUSED_URL, **PASSWORDS}.items():
+        monkeypatch.setenv(name, value)
+    flags = ["--namespace", namespace, *_flags(local_sentinel)]
+    assert main(["archival", "rollout", "30", *flags]) == 0
+    archived, held = _complete(layer, 300)
+    _within_binomial(len(archived), 300, 30)
+    capsys.readouterr()
+    assert main(["archival", "status", "--json", *flags]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert (status["share"], status["held"]) == (30, len(held))
+    assert main(["archival", "rollout", "100", *flags]) == 0
+    assert ArchivalSwitch(sentinel_redis, layer.keys).state().held == 0
