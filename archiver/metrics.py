@@ -35,9 +35,7 @@ from layers.transitions import transition_state
 log = structlog.get_logger("partarchive.metrics")
 
 NS = ["namespace"]
-ROUTER_ANSWERS = Counter(
-    "partarchive_router_answers", "Router answers by the layer that answered.", [*NS, "source"]
-)
+ROUTER_ANSWERS = Counter("partarchive_router_answers", "Router answers by the layer that answered.", [*NS, "source"])
 ROUTER_SECONDS = Histogram(
     "partarchive_router_seconds",
     "Router lookup latency.",
@@ -123,6 +121,7 @@ class LayerStateCollector(Collector):
         pipe.zcard(k.unsealed)
         pipe.get(k.archival_paused)
         pipe.zcard(k.archival_held)
+        pipe.get(k.archival_released)
         pipe.hgetall(k.progress)
         replies = pipe.execute(raise_on_error=False)
         counted = [0 if isinstance(r, redis.ResponseError) else r for r in replies[: len(COUNTED)]]
@@ -187,7 +186,7 @@ class LayerStateCollector(Collector):
             "When the last consistency check ran.",
             stored_int(k.stats_meta, "last_check_at", stats_meta.get("last_check_at"), default=0),
         )
-        yield self._worker_latency({as_text(a): b for a, b in latency.items()})
+        yield from self._worker_latency({as_text(a): b for a, b in latency.items()})
         unsealed = simple_count if meta.get("tier", Tier.SIMPLE.value) != Tier.SIMPLE.value else 0
         yield from self._backlog_families(counts, total, int(length or 0), unsealed, *backlog)
 
@@ -195,7 +194,7 @@ class LayerStateCollector(Collector):
         self, counts: dict[str, int], archived: int, queued: int, unsealed: int, *replies: Any
     ) -> Iterator[Any]:
         """The answers to a backlog (compression skipped, archival paused) and the job's progress."""
-        pressure, unsealed_batches, paused, held, samples = replies
+        pressure, unsealed_batches, paused, held, released, samples = replies
         gauge = self._gauge
         fields = {as_text(a): as_text(b) for a, b in pressure.items()}
         skipping = fields.get("mode") == SKIP
@@ -209,9 +208,20 @@ class LayerStateCollector(Collector):
         )
         yield gauge("partarchive_unsealed_records", "Records of a batch tier waiting to be sealed.", unsealed)
         yield gauge("partarchive_unsealed_batches", "Batches stored unsealed, to seal.", int(unsealed_batches or 0))
-        state = parse_state(paused or None, held)
+        state = parse_state(paused or None, held, released or None)
         yield gauge("partarchive_archival_paused", "1 while archival is paused.", int(state.paused))
-        yield gauge("partarchive_archival_held", "Completions kept in the active hash while paused.", state.held)
+        yield gauge("partarchive_archival_share", "Gray release: percent of partitions archived (0 while paused).",
+                    state.effective_share)  # fmt: skip
+        yield gauge("partarchive_archival_held", "Completions kept in the active hash (paused or outside the share).",
+                    state.held)  # fmt: skip
+        yield gauge("partarchive_archival_released", "Held completions sent to the archive queue so far.",
+                    state.released)  # fmt: skip
+        cohorts = gauge("partarchive_cohort_completions",
+                        "Completions by gray-release cohort (held: kept in the active hash, released ones included).",
+                        labels=("cohort",))  # fmt: skip
+        cohorts.add_metric([self.namespace, "archived"], max(0, archived + queued - state.released))
+        cohorts.add_metric([self.namespace, "held"], state.held + state.released)
+        yield cohorts
         job = job_progress(counts, archived, queued, state.held, parse_samples(samples), time.time())
         parts = gauge("partarchive_job_partitions", "The job's partitions by state.", labels=("state",))
         for name in ("total", "done", "failed", "pending"):
@@ -226,22 +236,38 @@ class LayerStateCollector(Collector):
         eta = -1 if job.eta_s is None else job.eta_s
         yield gauge("partarchive_job_eta_seconds", "Estimated seconds until nothing is pending (-1 unknown).", eta)
 
-    def _worker_latency(self, fields: dict[str, Any]) -> HistogramMetricFamily:
-        """The completion latency every worker SDK of the namespace reported (`layers.metrics`)."""
-        key = self.keys.complete_latency
-        counts = [stored_int(key, f"b{i}", fields.get(f"b{i}"), default=0) for i in range(len(COMPLETE_BUCKETS) + 1)]
-        cumulative, running = [], 0
-        for bound, n in zip([*map(str, COMPLETE_BUCKETS), "+Inf"], counts, strict=True):
-            running += n
-            cumulative.append((bound, running))
-        family = HistogramMetricFamily(
+    def _worker_latency(self, fields: dict[str, Any]) -> Iterator[HistogramMetricFamily]:
+        """The completion latency every worker SDK of the namespace reported (`layers.metrics`): in
+        all, and per gray-release cohort (the fields of held completions start with ``h``)."""
+        total = HistogramMetricFamily(
             "partarchive_worker_complete_seconds",
             "Latency of complete() as every worker SDK of the namespace measured it (kept in Redis).",
             labels=["namespace"],
         )
-        sum_us = stored_int(key, "sum_us", fields.get("sum_us"), default=0)
-        family.add_metric([self.namespace], cumulative, sum_value=sum_us / 1e6)
-        return family
+        by_cohort = HistogramMetricFamily(
+            "partarchive_worker_complete_cohort_seconds",
+            "Latency of complete() as the worker SDKs measured it, by gray-release cohort (archived or held).",
+            labels=["namespace", "cohort"],
+        )
+        both = [self._latency_buckets(fields, prefix) for prefix in ("", "h")]
+        for (cumulative, sum_s), cohort in zip(both, ("archived", "held"), strict=True):
+            by_cohort.add_metric([self.namespace, cohort], cumulative, sum_value=sum_s)
+        summed = [(bound, a + h) for (bound, a), (_, h) in zip(both[0][0], both[1][0], strict=True)]
+        total.add_metric([self.namespace], summed, sum_value=both[0][1] + both[1][1])
+        yield total
+        yield by_cohort
+
+    def _latency_buckets(self, fields: dict[str, Any], prefix: str) -> tuple[list[tuple[str, int]], float]:
+        key = self.keys.complete_latency
+        counts = [
+            stored_int(key, f"{prefix}b{i}", fields.get(f"{prefix}b{i}"), default=0)
+            for i in range(len(COMPLETE_BUCKETS) + 1)
+        ]
+        cumulative, running = [], 0
+        for bound, n in zip([*map(str, COMPLETE_BUCKETS), "+Inf"], counts, strict=True):
+            running += n
+            cumulative.append((bound, running))
+        return cumulative, stored_int(key, f"{prefix}sum_us", fields.get(f"{prefix}sum_us"), default=0) / 1e6
 
 
 def register_state_collector(archive: ArchiveLayer) -> LayerStateCollector:

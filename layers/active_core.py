@@ -77,7 +77,7 @@ class Completion:
     already_completed: bool
     archived: ArchivedPartition | None = None
     entry_id: str | None = None
-    held: bool = False  # archival paused (`layers.archival`): kept in the active hash, queued on resume
+    held: bool = False  # paused or outside the share (`layers.archival`): kept in the active hash, queued later
 
 
 class ActiveCore(ActiveReads):
@@ -108,10 +108,14 @@ class ActiveCore(ActiveReads):
             "start": [k.active, k.leases, *k.go_stats],
             "heartbeat": [k.active],
             "complete": [*k.complete_keys, *k.go_stats],
-            "complete_running": k.complete_keys[:5],  # archival running, no latencies handed, not bound
+            "complete_running": k.complete_keys[:5],  # archived, no latencies handed, not bound
+            "complete_holding": k.complete_keys[:6],  # the same where completions may be held
         }
         self.skipped_records = 0
-        self._latencies = LatencyBuffer()  # handed to Redis with a later completion
+        self._latencies = LatencyBuffer()  # handed to Redis with a later completion: archived ones
+        self._held_latencies = LatencyBuffer()  # and held ones (the gray release's other cohort)
+        # a completion was held: later ones send what holding needs at once rather than on a retry
+        self._holding = keys.elk_prefix is not None  # a bound namespace sends every key (Go's stats last)
         self._complete_seconds: Any = None
 
     def _now(self) -> Steps[float]:
@@ -340,37 +344,47 @@ class ActiveCore(ActiveReads):
         check_partition_id(pid)
         k = self.keys
         worker, expected = _worker_json(self, worker_id), _version_arg(expected_version)
-        latencies = self._latencies.take_due()
-        handed = latency_argument(latencies)
-        paused = k.elk_prefix is not None  # a bound namespace sends every key (Go's stats come last)
+        latencies, held_latencies = self._latencies.take_due(), self._held_latencies.take_due()
+        handed, held_handed = latency_argument(latencies), latency_argument(held_latencies)
         started = time.perf_counter()
         try:
             while True:
                 now_ms, now_s, now_elk = yield from self._clock_args()
-                keys = self._step_keys["complete" if paused or handed else "complete_running"]
-                args = [pid, worker, now_s, *_trailing(now_elk, expected, now_ms if paused else "", handed)]
+                holding = self._holding
+                keys = self._step_keys["complete_holding" if holding else "complete_running"]
+                if handed or held_handed or k.elk_prefix is not None:
+                    keys = self._step_keys["complete"]
+                args = [
+                    pid,
+                    worker,
+                    now_s,
+                    *_trailing(now_elk, expected, now_ms if holding else "", handed, held_handed),
+                ]
                 got = yield from self._step("complete", keys, args, pid, "complete")
-                if isinstance(got, list) and as_text(got[0]) == "paused":
-                    paused = True  # sent again with what a completion while paused needs
+                if isinstance(got, list) and as_text(got[0]) == "paused" and not holding:
+                    self._holding = True  # sent again with what a completion held needs
                 elif got is not None:
                     break
         except BaseException:
             self._latencies.give_back(latencies)
+            self._held_latencies.give_back(held_latencies)
             raise
         elapsed = time.perf_counter() - started
         if self._complete_seconds is None:  # created on the first completion: importing registers nothing
             self._complete_seconds = sdk_complete_seconds().labels(namespace=k.namespace)
         self._complete_seconds.observe(elapsed)
-        self._latencies.observe(elapsed)
+        held = isinstance(got, list) and as_text(got[0]) == "held"
+        (self._held_latencies if held else self._latencies).observe(elapsed)
         if not isinstance(got, list):  # '<entry id> <queue entry>'
             text = got.decode() if isinstance(got, bytes) else got
             entry_id, _, payload = text.partition(" ")
             native = '"completed_at"' in payload
             archived = ArchivedPartition.from_json(payload) if native else decode_elk(payload).to_archived()
             return Completion(pid, False, archived, entry_id)
-        if as_text(got[0]) == "held":  # archival is paused: kept in the active hash, status completed
+        if held:  # paused or outside the share: kept in the active hash, status completed
             return Completion(pid, False, held=True)
         self._latencies.give_back(latencies)  # the script adds them only when it completes
+        self._held_latencies.give_back(held_latencies)
         return Completion(pid, already_completed=True)
 
     def _retry_failed(self, limit: int | None = None) -> Steps[int]:

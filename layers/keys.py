@@ -296,15 +296,24 @@ class KeySchema:
 
     @property
     def archival_paused(self) -> str:
-        """String, present while archival is paused (JSON: since when, by whom): `complete()` then
-        leaves a completed partition in the active hash and queues nothing."""
+        """The archival switch, a string read by `complete()`: absent while every completion is
+        archived; the gray release's share (``{"share":N}``), or a pause (JSON: since when, by
+        whom, and the share to go back to), otherwise (`layers/lua/_share.lua`). A completion
+        paused or outside the share stays in the active hash and queues nothing. Named before
+        the share existed."""
         return f"{self._tagged}_archival:paused"
 
     @property
     def archival_held(self) -> str:
-        """Sorted set of pids completed while archival was paused (score = completion, unix ms),
-        sent to the archive queue on resume."""
+        """Sorted set of pids completed while archival was paused or outside the share (score =
+        bucket * 1e13 + completion in unix ms, `_share.lua`), sent to the archive queue once
+        archival runs for their bucket."""
         return f"{self._tagged}_archival:held"
+
+    @property
+    def archival_released(self) -> str:
+        """String counter: held completions sent to the archive queue so far (`release_held.lua`)."""
+        return f"{self._tagged}_archival:released"
 
     @property
     def progress(self) -> str:

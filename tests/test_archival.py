@@ -68,7 +68,7 @@ def test_a_paused_completion_stays_in_the_active_hash_until_resumed(any_redis: r
     switch.pause("someone else")  # the first pause's time and operator stay
     assert switch.state().by == "tester"
     assert switch.resume() == 1
-    assert switch.state() == switch.state().__class__(False, None, "", 0)
+    assert switch.state() == switch.state().__class__(False, None, "", 0, 100, released=1)
     assert not any_redis.hexists(keys.active, str(second))
     entries = any_redis.xrange(keys.queue)
     assert len(entries) == 2
@@ -166,8 +166,8 @@ def test_the_command_line(engine_url: str, real_redis: redis.Redis, namespace: s
     status = json.loads(run_cli(engine_url, namespace, "archival", "status", "--json").stdout)
     assert status["paused"] is True and status["held"] == 1 and status["queue_backlog"] == 0
     resumed = run_cli(engine_url, namespace, "archival", "resume")
-    assert resumed.returncode == 0 and "1 partitions completed while paused sent" in resumed.stdout
-    assert "archival: running (archive queue backlog 1)" in resumed.stdout
+    assert resumed.returncode == 0 and "1 held partitions sent" in resumed.stdout
+    assert "archival: running, every completion (archive queue backlog 1)" in resumed.stdout
     bad = run_cli(engine_url, namespace, "archival", "stop")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
 

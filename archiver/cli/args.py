@@ -22,6 +22,12 @@ class _Parser(argparse.ArgumentParser):
         raise CliError(message)
 
 
+def _percent(text: str) -> int:
+    if not text.strip().isdigit() or int(text) > 100:
+        raise argparse.ArgumentTypeError(f"PERCENT must be a whole number from 0 to 100, got {text!r}")
+    return int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     common.add_argument("--redis-url", help="Redis URL (default: $REDIS_URL)")
@@ -131,14 +137,19 @@ def build_parser() -> argparse.ArgumentParser:
     retention = sub.add_parser("retention", parents=[common], help="show or set the summary tier's retention")
     retention.add_argument("seconds", nargs="?", type=int, help="new retention in seconds (stored; applies at once)")
 
-    archival = sub.add_parser("archival", help="pause or resume archiving new completions (the rollback)")
+    archival = sub.add_parser("archival", help="pause, resume or roll out archiving completions (gray release)")
     archival_sub = archival.add_subparsers(dest="archival_command", required=True, parser_class=_Parser)
     for name, text in (
         ("pause", "completions stay in the active hash (status completed); nothing new is queued"),
-        ("resume", "queue what completed while paused, then archive as before"),
-        ("status", "whether archival is paused, and what waits"),
+        ("resume", "queue what completed while paused (in the share), then archive as before"),
+        ("status", "whether archival is paused, its share, and what waits"),
+        ("rollout", "archive the completions of PERCENT of the partitions (0-100, by a stable hash)"),
+        ("report", "the archived and the held cohorts side by side"),
     ):
-        archival_sub.add_parser(name, parents=[common], help=text).add_argument("--json", action="store_true")
+        step = archival_sub.add_parser(name, parents=[common], help=text)
+        if name == "rollout":
+            step.add_argument("percent", type=_percent, metavar="PERCENT")
+        step.add_argument("--json", action="store_true")
 
     demo = sub.add_parser("demo", parents=[common], help="the whole system on an embedded engine")
     demo.add_argument("--partitions", type=int, default=20_000)

@@ -92,7 +92,9 @@ def _archival(a: dict[str, Any]) -> str:
     if a["paused"]:
         by = f" by {a['by']}" if a["by"] else ""
         return f"PAUSED since {_when(a['since'])}{by}; {a['held']:,} completed partitions held in the active hash"
-    return f"running; {a['held']:,} held partitions still to queue" if a["held"] else "running"
+    share = a.get("share", 100)
+    running = "running" if share == 100 else f"running for a share of {share}% (gray release)"
+    return f"{running}; {a['held']:,} completed partitions held in the active hash" if a["held"] else running
 
 
 def format_status(report: dict[str, Any]) -> str:

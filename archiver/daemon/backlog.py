@@ -3,8 +3,9 @@
 Every archiver reads the two stored switches: whether compression is skipped (a critical
 backlog, `layers.pressure`: its pages then go to the simple hash) and whether archival is paused
 (`layers.archival`: it then imports nothing from elk_coordinator either). The one holding the
-maintenance lock also decides the first from the queue's state, queues what a pause held once
-archival is resumed (should the resume have been interrupted), and samples the job's progress
+maintenance lock also decides the first from the queue's state, queues what a pause or the gray
+release's share held once the switch lets it through (should a resume or a rollout have been
+interrupted), and samples the job's progress
 (`layers.progress`). Each change of mode is one log line with its reason.
 """
 
@@ -54,16 +55,17 @@ class BacklogGuard:
         pipe.hget(k.pressure, "mode")
         pipe.get(k.archival_paused)
         pipe.zcard(k.archival_held)
-        mode, paused, held = pipe.execute()
-        state = parse_state(paused, held)
+        pipe.get(k.archival_released)
+        mode, paused, held, released = pipe.execute()
+        state = parse_state(paused, held, released)
         self.skipping = as_text(mode or b"") == SKIP
         self.paused, self.held = state.paused, state.held
         if holder and not self.paused and self.held:
             step = self.switch.release_step()
-            if step is not None:
+            if step is not None and (step.queued or step.dropped):
                 done += step.queued + step.dropped
-                self.held = step.left
-                log.info("queued partitions completed while archival was paused", queued=step.queued, left=step.left)
+                self.held = step.held
+                log.info("queued held completions the switch now lets through", queued=step.queued, left=step.left)
                 if step.unreadable:
                     log.error("held partitions whose records cannot be read stay in the active hash",
                               pids=step.unreadable[:20])  # fmt: skip

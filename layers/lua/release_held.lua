@@ -1,24 +1,33 @@
--- Resume: send partitions completed while archival was paused to the archive queue, each
--- exactly as complete.lua would have queued it when it completed (a native record's archived
--- form with its completion time; a Go record's bytes as kept), and take it out of the active
--- hash, in one step per partition. Refused while paused again (KEYS[4] exists).
+-- Release held completions: send the partitions completed while archival was paused, or while
+-- outside the gray release's share, that the switch now lets through (not paused, and in the
+-- share: `_share.lua`) to the archive queue, each exactly as complete.lua would have queued it
+-- when it completed (a native record's archived form with its completion time; a Go record's
+-- bytes as kept), and take it out of the active hash, in one step per partition. Refused while
+-- paused (KEYS[4] says so). Pids held outside the share stay held.
 -- A held pid whose record is gone or no longer completed (changed by hand) is only dropped from
 -- KEYS[2]; one whose record cannot be read is dropped from KEYS[2] and left in the active hash,
 -- and named in the reply.
--- KEYS[1] active hash   KEYS[2] pids completed while paused (zset)   KEYS[3] archive queue
--- KEYS[4] the archival pause switch
--- ARGV[1] how many pids at most (the lowest completion times first)
--- Returns {'paused'} | {'err', 'wrong_type', what} | {queued, dropped, left in KEYS[2], unreadable pid...}.
+-- KEYS[1] active hash   KEYS[2] held pids (zset, score = `held_score`)   KEYS[3] archive queue
+-- KEYS[4] the archival switch (string)   KEYS[5] how many were ever released (string counter)
+-- ARGV[1] how many pids at most (the lowest buckets first, then the lowest completion times)
+-- Returns {'paused'} | {'err', 'wrong_type' or 'corrupt_meta', what}
+-- | {queued, dropped, left in the share, held in all, unreadable pid...}.
 -- Everything is read and checked before the first write.
--- include: _checks.lua, _record.lua
-local bad_type = wrong_type(KEYS, {'hash', 'zset', 'stream', 'string'})
+-- include: _checks.lua, _record.lua, _share.lua
+local bad_type = wrong_type(KEYS, {'hash', 'zset', 'stream', 'string', 'string'})
 if bad_type then
   return bad_type
 end
-if redis.call('EXISTS', KEYS[4]) == 1 then
+local released = redis.call('GET', KEYS[5])
+if released and not string.match(released, '^%d+$') then
+  return {'err', 'corrupt_meta', KEYS[5]}
+end
+local paused, share = switch_state(redis.call('GET', KEYS[4]))
+if paused then
   return {'paused'}
 end
-local pids = redis.call('ZRANGE', KEYS[2], 0, tonumber(ARGV[1]) - 1)
+local below = '(' .. string.format('%.0f', share * 1e13)
+local pids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', below, 'LIMIT', 0, tonumber(ARGV[1]))
 local entries, unreadable = {}, {}
 for i, pid in ipairs(pids) do
   local rec, why = load_record(KEYS[1], pid)
@@ -45,7 +54,10 @@ for i, pid in ipairs(pids) do
   end
   redis.call('ZREM', KEYS[2], pid)
 end
-local out = {queued, dropped, redis.call('ZCARD', KEYS[2])}
+if queued > 0 then
+  redis.call('INCRBY', KEYS[5], queued)
+end
+local out = {queued, dropped, redis.call('ZCOUNT', KEYS[2], '-inf', below), redis.call('ZCARD', KEYS[2])}
 for _, pid in ipairs(unreadable) do
   out[#out + 1] = pid
 end

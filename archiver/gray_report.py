@@ -1,0 +1,183 @@
+"""``partarchive archival report``: the gray release's two cohorts side by side on live traffic
+(`layers.archival`). The *archived* cohort is the completions `complete()` queued for the
+archiver; the *held* one those it kept in the active hash (paused or outside the share),
+released ones included, since they were held when they completed.
+
+Counts come from the stored counters, as the metrics count them (held: the held zset and the
+released counter; archived: the archive's total and the queue, less the released ones);
+complete() latencies from the hash the worker SDKs hand theirs to (`layers.metrics`), as the
+workers measured them; sizes and lookup times from a sample of each cohort, read and timed
+here; ``all_active`` is timed once over the whole active hash, and without the held records it
+is estimated in proportion to the records it would read (a held record costs what any other
+does). The sample reads are the report's own traffic: small, but on the live server.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from archiver.namespace import Namespace
+from archiver.router import QueryRouter
+from layers.archival import ArchivalState
+from layers.metrics import COMPLETE_BUCKETS
+from layers.replies import as_text
+
+SAMPLE = 50
+
+
+@dataclass(frozen=True, slots=True)
+class Cohort:
+    completions: int
+    complete_p50_ms: float | None  # the upper bound of the latency bucket holding it
+    complete_p99_ms: float | None
+    latency_count: int
+    bytes_per_partition: float | None  # archive bytes (archived) or active-hash bytes (held)
+    lookup_p50_ms: float | None
+    lookup_p99_ms: float | None
+    lookups_sampled: int
+
+
+@dataclass(frozen=True, slots=True)
+class CohortReport:
+    share: int
+    paused: bool
+    held: int
+    released: int
+    archived: Cohort
+    held_cohort: Cohort
+    active_records: int
+    all_active_s: float
+    all_active_without_held_s: float  # estimated
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["cohorts"] = {"archived": out.pop("archived"), "held": out.pop("held_cohort")}
+        return out
+
+
+def latency_quantile(counts: list[int], q: float) -> float | None:
+    """The upper bound (ms) of the bucket holding quantile ``q``; inf beyond the last bound."""
+    total = sum(counts)
+    if not total:
+        return None
+    running = 0
+    for i, n in enumerate(counts):
+        running += n
+        if running >= q * total:
+            return COMPLETE_BUCKETS[i] * 1000 if i < len(COMPLETE_BUCKETS) else float("inf")
+    return float("inf")
+
+
+def _counts(fields: dict[str, str], prefix: str) -> list[int]:
+    out = []
+    for i in range(len(COMPLETE_BUCKETS) + 1):
+        raw = fields.get(f"{prefix}b{i}", "0")
+        out.append(int(raw) if raw.isdigit() else 0)
+    return out
+
+
+def _percentiles(times: list[float]) -> tuple[float | None, float | None]:
+    if not times:
+        return None, None
+    ordered = sorted(times)
+    at = [ordered[min(len(ordered) - 1, int(q * len(ordered)))] for q in (0.5, 0.99)]
+    return round(at[0] * 1000, 3), round(at[1] * 1000, 3)
+
+
+def build_report(ns: Namespace, state: ArchivalState, *, sample: int = SAMPLE) -> CohortReport:
+    r, k = ns.redis, ns.keys
+    pipe = r.pipeline(transaction=False)
+    pipe.xlen(k.queue)
+    pipe.hgetall(k.complete_latency)
+    pipe.hlen(k.active)
+    pipe.hgetall(k.archive_meta)
+    pipe.hlen(k.completed)
+    pipe.strlen(k.done)
+    queued, latency, active_records, meta, simple, done_bytes = pipe.execute()
+    fields = {as_text(a): as_text(b) for a, b in latency.items()}
+    meta = {as_text(a): as_text(b) for a, b in meta.items()}
+    held_total = state.held + state.released
+    held_pids = [int(as_text(p)) for p in (r.zrandmember(k.archival_held, sample) or [])]
+    archived_pids = _archived_sample(ns, int(done_bytes or 0), sample)
+    router = QueryRouter(r, k)
+    notes = []
+    if not archived_pids:
+        notes.append("no archived partition found to time lookups of")
+    cohorts = []
+    for prefix, completions, pids, size in (
+        (
+            "",
+            max(0, _int(meta.get("total")) + int(queued or 0) - state.released),
+            archived_pids,
+            _archive_bytes(ns, meta, int(simple or 0), sample),
+        ),
+        ("h", held_total, held_pids, _active_bytes(ns, held_pids)),
+    ):
+        counts = _counts(fields, prefix)
+        timed = []
+        for pid in pids:
+            started = time.perf_counter()
+            router.get(pid)
+            timed.append(time.perf_counter() - started)
+        p50, p99 = _percentiles(timed)
+        cohorts.append(Cohort(completions, latency_quantile(counts, 0.5), latency_quantile(counts, 0.99),
+                              sum(counts), size, p50, p99, len(timed)))  # fmt: skip
+    started = time.perf_counter()
+    ns.active.all_active()
+    with_held = time.perf_counter() - started
+    records = int(active_records or 0)
+    without = with_held * (records - state.held) / records if records else 0.0
+    return CohortReport(state.effective_share, state.paused, state.held, state.released, cohorts[0], cohorts[1],
+                        records, round(with_held, 6), round(without, 6), notes)  # fmt: skip
+
+
+def _int(text: str | None) -> int:
+    return int(text) if text and text.isdigit() else 0
+
+
+def _archived_sample(ns: Namespace, done_bytes: int, sample: int) -> list[int]:
+    """Up to ``sample`` completed pids not held: the first set bit of the done bitmap after random places."""
+    r, k = ns.redis, ns.keys
+    found: set[int] = set()
+    rng = random.Random()
+    for _ in range(sample * 3 if done_bytes else 0):
+        pid = r.bitpos(k.done, 1, rng.randrange(done_bytes))
+        if pid is None or pid < 0 or pid in found:
+            continue
+        if r.zscore(k.archival_held, pid) is None and not r.hexists(k.active, pid):
+            found.add(pid)
+        if len(found) >= sample:
+            break
+    return sorted(found)
+
+
+def _active_bytes(ns: Namespace, pids: list[int]) -> float | None:
+    """A held partition's bytes in the active hash: its field and its record."""
+    if not pids:
+        return None
+    pipe = ns.redis.pipeline(transaction=False)
+    for pid in pids:
+        pipe.hstrlen(ns.keys.active, pid)
+    sizes: list[int] = pipe.execute()
+    return round(sum(n + len(str(pid)) for pid, n in zip(pids, sizes, strict=True)) / len(pids), 1)
+
+
+def _archive_bytes(ns: Namespace, meta: dict[str, str], simple: int, sample: int) -> float | None:
+    """An archived partition's bytes: a sealed blob's share when any were sealed, else a record
+    of the simple hash (field and value)."""
+    total, blob = meta.get("total", "0"), meta.get("sealed_blob_bytes", "0")
+    sealed = int(total) - simple if total.isdigit() else 0
+    if sealed > 0 and blob.isdigit() and int(blob):
+        return round(int(blob) / sealed, 1)
+    fields = [as_text(f) for f in (ns.redis.hrandfield(ns.keys.completed, sample) or [])]
+    if not fields:
+        return None
+    pipe = ns.redis.pipeline(transaction=False)
+    for f in fields:
+        pipe.hstrlen(ns.keys.completed, f)
+    sizes: list[int] = pipe.execute()
+    return round(sum(n + len(f) for f, n in zip(fields, sizes, strict=True)) / len(fields), 1)
