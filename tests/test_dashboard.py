@@ -128,7 +128,16 @@ def test_the_dashboard_in_chromium(served: tuple[str, redis.Redis], request: pyt
             ArchivalSwitch(client, KeySchema(namespace)).pause("tester")
             page.wait_for_function("!document.getElementById('modes').hidden", timeout=15_000)
             assert "Archival is paused" in page.text_content("#modes")
-            assert page.text_content("#archival-mode") == "paused; 0 held"
+            assert page.text_content("#archival-mode") == "paused (share 100% on resume); 0 held, 0 released"
+            switch = ArchivalSwitch(client, KeySchema(namespace))
+            switch.resume()
+            switch.rollout(40)  # a gray release: the mode says the share and both cohorts' counts
+            mode = "document.getElementById('archival-mode').textContent"
+            page.wait_for_function(f"{mode}.startsWith('gray')", timeout=15_000)
+            gray = "gray release: 40% of completions archived; 0 held, 0 released"
+            assert page.text_content("#archival-mode") == gray
+            assert "partarchive archival report" in page.text_content("#modes")
+            switch.rollout(100)
             page.fill("#pid", "3")
             page.click("button[type=submit]")
             page.wait_for_function("document.getElementById('lookup-answer').textContent.includes('archive')")

@@ -130,9 +130,13 @@ function showModes(o) {
   const pr = o.pressure, ar = o.archival;
   const waiting = `${fmt(pr.unsealed_records)} records to seal`;
   $("compression-mode").textContent = pr.skipping ? `skipped: ${pr.reason}; ${waiting}` : pr.unsealed_records ? `normal; ${waiting}` : "normal";
-  $("archival-mode").textContent = ar.paused ? `paused; ${fmt(ar.held)} held` : "running";
+  const share = ar.share ?? 100;
+  const cohorts = `${fmt(ar.held)} held, ${fmt(ar.released ?? 0)} released`;
+  $("archival-mode").textContent = ar.paused ? `paused (share ${share}% on resume); ${cohorts}`
+    : share < 100 ? `gray release: ${share}% of completions archived; ${cohorts}` : "running";
   const notes = [];
   if (ar.paused) notes.push(`Archival is paused: ${fmt(ar.held)} completed partitions wait in the active hash (partarchive archival resume).`);
+  else if (share < 100) notes.push(`Gray release: completions outside the ${share}% share stay in the active hash as completed (${cohorts}); partarchive archival report compares both cohorts, partarchive archival rollout 100 archives them all.`);
   if (pr.skipping) notes.push(`Compression is skipped (${pr.reason}): records are stored unsealed until the backlog is gone.`);
   $("modes").textContent = notes.join(" ");
   $("modes").hidden = notes.length === 0;
