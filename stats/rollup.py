@@ -90,7 +90,8 @@ def add_partitions(
     """Add every rollup update that ``parts`` imply (global, worker, range, day).
 
     A day's hash counts completions per hour (``h00``..``h23``), sums their durations per hour
-    (``s00``..``s23``, seconds) and counts them per worker (``w:{worker_id}``).
+    (``s00``..``s23``, seconds) and counts them per worker (``w:{worker_id}``); the minutes' hash
+    counts them per minute (the last ones are kept: the dashboard's chart of the last hour).
 
     The per-worker rollup names its fields ``{worker_id}:c`` (count), ``:d`` (duration), ``:p``
     (processed data), read back with ``rpartition(":")``, so a worker ID holding ``:`` is still
@@ -112,7 +113,12 @@ def add_partitions(
     durations: Sequence[int]
     if isinstance(parts, Columns):
         pids, los, his, workers, ats, durations = (
-            parts.pids, parts.min_ids, parts.max_ids, parts.workers, parts.completed_at, parts.durations
+            parts.pids,
+            parts.min_ids,
+            parts.max_ids,
+            parts.workers,
+            parts.completed_at,
+            parts.durations,
         )
     else:
         pids, los, his, workers, ats, durations = zip(*parts, strict=True)
@@ -184,6 +190,8 @@ def add_partitions(
         builder.keep_max(key, "max_id", hi)
         builder.keep_min(key, "first_at", first)
         builder.keep_max(key, "last_at", last)
+    for minute, n in Counter([t // 60 for t in ats]).items():
+        builder.add(keys.stats_minutes, str(minute), n)
     hours = [t // 3600 for t in ats]
     for hour, n in Counter(hours).items():
         builder.add(keys.stats_day(_day_name(hour // 24)), f"h{hour % 24:02d}", n)

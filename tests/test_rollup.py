@@ -49,6 +49,7 @@ def by_definition(
             (KEYS.stats_day(day), f"h{p.completed_at // 3600 % 24:02d}", 1),
             (KEYS.stats_day(day), f"s{p.completed_at // 3600 % 24:02d}", p.duration),
             (KEYS.stats_day(day), f"w:{p.worker_id}", 1),
+            (KEYS.stats_minutes, str(p.completed_at // 60), 1),
         ]:
             sums[(key, field)] += value
         keep(KEYS.stats_global, "first_completed_at", "<", p.completed_at)
