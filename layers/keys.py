@@ -382,7 +382,7 @@ class KeySchema:
     def stats_minutes(self) -> str:
         """Hash: completions per minute, the field a unix minute (``completed_at // 60``), counted with
         the hours of `stats_day` by the same commit, so the dashboard's two charts agree; fields
-        older than `layers.progress.MINUTES_KEPT` are dropped by the progress sampler."""
+        older than `layers.progress.MINUTES_KEPT` are not counted, and dropped by the progress sampler."""
         return f"{self._tagged}_stats:minutes"
 
     @property
