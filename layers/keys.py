@@ -388,6 +388,13 @@ class KeySchema:
         return f"{self._tagged}_stats:day:{day}"
 
     @property
+    def stats_minutes(self) -> str:
+        """Hash: completions per minute, the field a unix minute (``completed_at // 60``), counted with
+        the hours of `stats_day` by the same commit, so the dashboard's two charts agree; fields
+        older than `layers.progress.MINUTES_KEPT` are not counted, and dropped by the progress sampler."""
+        return f"{self._tagged}_stats:minutes"
+
+    @property
     def stats_index_check(self) -> str:
         """Hash: the archiver's paced check of the archive against the index (`stats.index_check`),
         while one is under way: next range, last range, running counts; ``...:examples``, a list of

@@ -110,6 +110,7 @@ KEY_TYPES = (
     ("workers_by_short", "hash"),
     ("stats_global", "hash"),
     ("stats_workers", "hash"),
+    ("stats_minutes", "hash"),
     ("stats_meta", "hash"),
 )
 

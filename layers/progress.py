@@ -6,14 +6,17 @@ counts from the moment its worker completed it, whatever the archivers' backlog.
 from samples of that count that the maintenance lock holder takes every ten seconds, kept per
 minute for a day (`KeySchema.progress`, about 1,500 small fields: each minute's last sample and its
 first). Right after a job starts no sample covers half a window: a rate is then given over the
-time the samples do cover (``rate_covers_s`` says how long), and the first minute sampled counts
-from its first sample, so the first completions show at once. The hourly trend of the dashboard
-comes from the statistics' hourly series (`stats`).
+time the samples do cover (``rate_covers_s`` says how long).
+
+The dashboard's charts of completions per minute and per hour are not drawn from these samples
+but both from the statistics (`KeySchema.stats_minutes`, `KeySchema.stats_day`), counted by one
+commit: samples know nothing of completions before the first of them, so a chart drawn from them
+could be empty beside one that shows the same completions. The sampler drops the minutes' old
+fields.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -26,7 +29,8 @@ from layers.replies import as_text
 
 SAMPLE_EVERY_S = 10.0
 KEEP_MINUTES = 25 * 60
-TREND_MINUTES = 60
+#: Minutes of `KeySchema.stats_minutes` kept (the dashboard shows the last hour).
+MINUTES_KEPT = 3 * 60
 #: Windows of the completion rate, in seconds; a rate needs samples covering half its window.
 WINDOWS = {"1m": 60, "5m": 300, "15m": 900, "1h": 3600, "6h": 6 * 3600, "24h": 24 * 3600}
 #: Windows whose rate the ETA uses, the first known one.
@@ -45,7 +49,6 @@ class JobProgress:
     percent_done: float | None
     rates: dict[str, float | None]  # completions per second over each window
     rate_covers_s: dict[str, float | None]  # seconds each rate covers: its window, or less just after the start
-    trend: list[dict[str, Any]]  # completions per minute, the last hour
     eta_s: float | None
     eta: str
 
@@ -75,7 +78,8 @@ class ProgressLog:
         minute = int(now // 60)
         pipe.hlen(self.keys.progress)
         pipe.hget(self.keys.progress, str(minute))
-        total, queued, held, fields, before = pipe.execute()
+        pipe.hlen(self.keys.stats_minutes)
+        total, queued, held, fields, before, minutes = pipe.execute()
         done = self._archived(total) + int(queued) + int(held)
         first = parse_samples({0: before})[:1] if before is not None else []
         first_at, first_done = first[0] if first else (now, done)  # the minute's first sample is kept
@@ -85,7 +89,15 @@ class ProgressLog:
             old = [n for n in names if not as_text(n).isdigit() or int(n) < minute - KEEP_MINUTES]
             if old:
                 self.redis.hdel(self.keys.progress, *old)
+        if int(minutes) > MINUTES_KEPT + 60:
+            self._drop_old_minutes(minute - MINUTES_KEPT)
         return done
+
+    def _drop_old_minutes(self, before: int) -> None:
+        names: Any = self.redis.hkeys(self.keys.stats_minutes)
+        old = [n for n in names if not as_text(n).lstrip("-").isdigit() or int(n) < before]
+        if old:
+            self.redis.hdel(self.keys.stats_minutes, *old)
 
     def read(self, by_status: dict[str, int], now: float | None = None) -> JobProgress:
         """The job's progress given the active layer's counts per status (`ActiveLayer.counts`)."""
@@ -144,7 +156,6 @@ def job_progress(
         percent_done=round(100 * done / total, 2) if total else None,
         rates=rates,
         rate_covers_s={name: covers for name, (_, covers) in measured.items()},
-        trend=_trend(samples, done, now),
         eta_s=eta_s,
         eta=eta,
     )
@@ -166,34 +177,6 @@ def _rate(samples: list[tuple[float, int]], done: int, now: float, window: float
         return None, None
     covers = now - start[0]
     return round(max(0, done - start[1]) / covers, 3), round(min(covers, window), 1)
-
-
-def _trend(samples: list[tuple[float, int]], done: int, now: float) -> list[dict[str, Any]]:
-    """Completions in each of the last `TREND_MINUTES` minutes (None where no sample tells): since
-    the previous minute's last sample, or, for the first minute sampled, since its own first
-    sample (``since`` says when, the minute's count is partial)."""
-    last = {int(at // 60): count for at, count in samples}
-    first: dict[int, tuple[float, int]] = {}
-    for at, count in samples:
-        first.setdefault(int(at // 60), (at, count))
-    this = int(now // 60)
-    out = []
-    for minute in range(this - TREND_MINUTES + 1, this + 1):
-        before: int | None = last.get(minute - 1)
-        after: int | None = done if minute == this else last.get(minute)
-        since = None
-        if before is None and minute in first:
-            since, before = first[minute]
-        completed = None if before is None or after is None else max(0, after - before)
-        entry: dict[str, Any] = {"minute": _clock(minute * 60, "%H:%MZ"), "completed": completed}
-        if since is not None:
-            entry["since"] = _clock(since, "%H:%M:%SZ")
-        out.append(entry)
-    return out
-
-
-def _clock(at: float, form: str) -> str:
-    return dt.datetime.fromtimestamp(at, dt.UTC).strftime(form)
 
 
 def _duration(seconds: float) -> str:

@@ -14,7 +14,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import lt
 from typing import Any
 
@@ -76,7 +76,8 @@ class BatchSealing:
         self.shelves = shelves
         self.seals: Counter[int] = Counter()
         self._scripts = Scripts.of(client)
-        self._unwritten: list[tuple[list[_SealWrite], Tier]] = []  # seals encoded, not written yet
+        # seals encoded, not written yet, and whether their writes were sent before (their replies unread)
+        self._unwritten: list[tuple[list[_SealWrite], Tier, bool]] = []
         self._deferred: list[tuple[list[_SealWrite], Tier, int]] = []  # seals written, bookkeeping not done yet
         self._process = uuid.uuid4().hex  # names this object's groups of seals in `KeySchema.sealed_counted`
         self._group = 0  # the number of its last group of seals written
@@ -185,7 +186,7 @@ class BatchSealing:
         resealed = sum(self.seal(b, tier, batches[b]) for b in again)
         if defer:
             if writes:
-                self._unwritten.append((writes, tier))
+                self._unwritten.append((writes, tier, False))
             return len(writes) + resealed
         written = self._write_seals(writes, tier)
         refused = [w for w in writes if w.batch_no not in written]
@@ -219,16 +220,13 @@ class BatchSealing:
             self.redis.zrem(self.keys.open_batches, str(batch_no))
             return False
         if not staged and stored.blob is None and _ascending(extra):  # a batch whole in hand (the usual case)
-            return self._sealed_from(stored, extra, extra, 0, verify_workers)
+            return self._sealed_from(stored, extra, extra, verify_workers)
         records = self._sealed(stored)
-        json_bytes = 0
+        before = archived_json_bytes(records.values())
         extra_pids = {str(p.partition_id) for p in extra}
-        staged_extra: set[str] = set()
         for field, raw in staged.items():
             name = as_text(field)
             if name in extra_pids:  # staged by the caller: the record in hand wins, undecoded
-                json_bytes += len(raw)
-                staged_extra.add(name)
                 continue
             try:
                 part = as_archived(parse_archived(raw))
@@ -236,33 +234,29 @@ class BatchSealing:
                 self.shelves.dead_letters.note(f"stage:{batch_no}:{name}", f"corrupt staged record: {exc}", raw)
                 continue
             records[part.partition_id] = part
-            json_bytes += len(raw)
         for part in extra:
             records[part.partition_id] = part
-        unstaged = [p for p in extra if str(p.partition_id) not in staged_extra]
         if not records:  # only corrupt records were staged: drop just those fields
             self.redis.hdel(self.keys.staging(batch_no), *staged.keys())
             return None
         merged = [records[pid] for pid in sorted(records)]
-        return self._sealed_from(stored, merged, extra, json_bytes, verify_workers, staged=staged, unstaged=unstaged)
+        return self._sealed_from(stored, merged, extra, verify_workers, staged=staged, before=before)
 
     def _sealed_from(
         self,
         stored: StoredBatch,
         merged: Sequence[ArchivedPartition],
         extra: Sequence[ArchivedPartition],
-        json_bytes: int,
         verify_workers: bool,
         *,
         staged: dict[bytes, bytes] | None = None,
-        unstaged: Sequence[ArchivedPartition] | None = None,
+        before: int = 0,
     ) -> _SealWrite:
-        """The seal of ``merged`` (in pid order); ``json_bytes`` counts the staged records'
-        JSON, to which that of ``unstaged`` (by default all of ``merged``) is added."""
-        unstaged = merged if unstaged is None else unstaged
-        if unstaged:  # the archived JSON these records would have had: the list form plus the member names
-            as_lists = len(orjson.dumps(list(map(tuple, unstaged)))) - 1 - len(unstaged)
-            json_bytes += as_lists + _ARCHIVED_JSON_NAMES * len(unstaged)
+        """The seal of ``merged`` (in pid order), replacing a blob whose records' archived JSON
+        took ``before`` bytes: the JSON bytes it adds are those of ``merged`` less ``before``, as
+        its blob bytes are the new blob's less the old one's. So the counters hold what the stored
+        blobs hold, whatever was sealed into them before (by another archiver, or by this one
+        with records delivered again)."""
         names = {p.worker_id for p in merged}
         workers = self.workers.map
         if verify_workers or not all(w in workers for w in names):  # `seal_many` has registered its own
@@ -273,7 +267,7 @@ class BatchSealing:
             stored,
             staged or {},
             new_blob,
-            json_bytes,
+            archived_json_bytes(merged) - before,
             len(new_blob) - len(stored.blob or b""),
             max(p.completed_at for p in merged),
             extra,
@@ -284,8 +278,11 @@ class BatchSealing:
         for those not refused the bookkeeping (`_queue_cleanup`), one more. Returns the sealed."""
         if not writes:
             return set()
-        written = self.shelves.write([SlotWrite(w.batch_no, w.stored.slot, w.blob, w.stored.legacy) for w in writes])
-        self._written(writes, written, tier or self.tier())
+        held: set[int] = set()
+        written = self.shelves.write(
+            [SlotWrite(w.batch_no, w.stored.slot, w.blob, w.stored.legacy) for w in writes], held
+        )
+        self._written(_uncounted(writes, held), written, tier or self.tier())
         self.flush(writes=False)
         return written
 
@@ -304,9 +301,11 @@ class BatchSealing:
         returned takes their replies, queues the bookkeeping of those written and seals again,
         now, each batch refused (changed since it was read)."""
         pending = list(self._unwritten)  # left there until written: a pipeline that fails is sent again
-        writes = [(w, tier) for group, tier in pending for w in group]
+        self._unwritten[: len(pending)] = [(group, tier, True) for group, tier, _ in pending]
+        writes = [(w, tier) for group, tier, _ in pending for w in group]
+        held: set[int] = set()
         count, finish = self.shelves.queue_write(
-            pipe, [SlotWrite(w.batch_no, w.stored.slot, w.blob, w.stored.legacy) for w, _ in writes]
+            pipe, [SlotWrite(w.batch_no, w.stored.slot, w.blob, w.stored.legacy) for w, _ in writes], held
         )
 
         def written(replies: Sequence[Any]) -> None:
@@ -315,8 +314,8 @@ class BatchSealing:
                 if w.batch_no not in done:
                     self.seal(w.batch_no, tier, w.extra)
             del self._unwritten[: len(pending)]  # every one written, or sealed again
-            for group, tier in pending:
-                self._written(group, done, tier)
+            for group, tier, sent in pending:
+                self._written(group if sent else _uncounted(group, held), done, tier)
 
         return count, written
 
@@ -416,6 +415,23 @@ class BatchSealing:
         except DecodeError:
             self.workers.refresh()  # another archiver may have registered new workers
             return decode_blob(blob, self.workers.map)
+
+
+def _uncounted(writes: list[_SealWrite], held: set[int]) -> list[_SealWrite]:
+    """``writes`` with those found already in place on their first sending counted as adding no
+    bytes: another sealer wrote the same blob, and counted it."""
+    if not held:
+        return writes
+    return [replace(w, json_bytes=0, blob_growth=0) if w.batch_no in held else w for w in writes]
+
+
+def archived_json_bytes(parts: Iterable[ArchivedPartition]) -> int:
+    """Bytes of the records' archived JSON (`ArchivedPartition.to_json`), all at once: their
+    list form, less its brackets and commas, plus the member names of each."""
+    rows = list(map(tuple, parts))
+    if not rows:
+        return 0
+    return len(orjson.dumps(rows)) - 1 - len(rows) + _ARCHIVED_JSON_NAMES * len(rows)
 
 
 def _ascending(parts: Sequence[ArchivedPartition]) -> bool:

@@ -113,19 +113,21 @@ class ShelfStore:
         quarantined, so the next seals rebuild its batches from what is staged."""
         return add_shelf_reads(pipe, self.keys, numbers, self._quarantine if repair else None)
 
-    def write(self, writes: Sequence[SlotWrite]) -> set[int]:
+    def write(self, writes: Sequence[SlotWrite], held: set[int] | None = None) -> set[int]:
         """Write slots, one script call per shelf (one round trip); returns the batches written
-        (the others changed since they were read); the old per-batch keys of those written are
-        deleted."""
+        (the others changed since they were read; ``held`` as in `queue_write`); the old
+        per-batch keys of those written are deleted."""
         pipe = self.redis.pipeline(transaction=False)
-        _, finish = self.queue_write(pipe, writes)
+        _, finish = self.queue_write(pipe, writes, held)
         return finish(pipe.execute(raise_on_error=False))
 
     def queue_write(
-        self, pipe: Any, writes: Sequence[SlotWrite]
+        self, pipe: Any, writes: Sequence[SlotWrite], held: set[int] | None = None
     ) -> tuple[int, Callable[[Sequence[Any]], set[int]]]:
         """`write` on the caller's pipeline (run with ``raise_on_error=False``): how many replies it
-        takes, first in the pipeline's, and the function that turns them into the batches written."""
+        takes, first in the pipeline's, and the function that turns them into the batches written.
+        Those among them whose slot already held the new blob (not written by this call) are
+        added to ``held``."""
         by_shelf: dict[int, list[SlotWrite]] = defaultdict(list)
         for w in writes:
             by_shelf[w.batch_no // SHELF_SLOTS].append(w)
@@ -148,6 +150,8 @@ class ShelfStore:
                     self._quarantine(s, self.redis.get(self.keys.shelf(s)), refused.detail)
                     continue
                 written += [w.batch_no for w, ok in zip(group, reply, strict=True) if int(ok)]
+                if held is not None:
+                    held.update(w.batch_no for w, ok in zip(group, reply, strict=True) if int(ok) == 2)
             done = set(written)
             old = [(w.batch_no, w.legacy) for w in writes if w.legacy and w.batch_no in done]
             if old:

@@ -17,6 +17,7 @@ from operator import sub
 from codec import ArchivedPartition, ValidationError, WorkerMap
 from codec.page import Columns
 from layers import KeySchema
+from layers.progress import MINUTES_KEPT
 from stats.fields import id_names, numbered_names
 
 Op = tuple[int, str, str, int]
@@ -86,11 +87,14 @@ def add_partitions(
     keys: KeySchema,
     range_width: int,
     numbers: WorkerMap | None,
+    minutes_from: int = 0,
 ) -> None:
-    """Add every rollup update that ``parts`` imply (global, worker, range, day).
+    """Add every rollup update that ``parts`` imply (global, worker, range, day, and minute for
+    those completed at ``minutes_from`` or later: older minutes would be dropped at once).
 
     A day's hash counts completions per hour (``h00``..``h23``), sums their durations per hour
-    (``s00``..``s23``, seconds) and counts them per worker (``w:{worker_id}``).
+    (``s00``..``s23``, seconds) and counts them per worker (``w:{worker_id}``); the minutes' hash
+    counts them per minute (the last ones are kept: the dashboard's chart of the last hour).
 
     The per-worker rollup names its fields ``{worker_id}:c`` (count), ``:d`` (duration), ``:p``
     (processed data), read back with ``rpartition(":")``, so a worker ID holding ``:`` is still
@@ -112,7 +116,12 @@ def add_partitions(
     durations: Sequence[int]
     if isinstance(parts, Columns):
         pids, los, his, workers, ats, durations = (
-            parts.pids, parts.min_ids, parts.max_ids, parts.workers, parts.completed_at, parts.durations
+            parts.pids,
+            parts.min_ids,
+            parts.max_ids,
+            parts.workers,
+            parts.completed_at,
+            parts.durations,
         )
     else:
         pids, los, his, workers, ats, durations = zip(*parts, strict=True)
@@ -184,6 +193,8 @@ def add_partitions(
         builder.keep_max(key, "max_id", hi)
         builder.keep_min(key, "first_at", first)
         builder.keep_max(key, "last_at", last)
+    for minute, n in Counter([t // 60 for t in ats if t >= minutes_from]).items():
+        builder.add(keys.stats_minutes, str(minute), n)
     hours = [t // 3600 for t in ats]
     for hour, n in Counter(hours).items():
         builder.add(keys.stats_day(_day_name(hour // 24)), f"h{hour % 24:02d}", n)
@@ -227,6 +238,6 @@ def rollup_segments(
     if not len(parts):
         return [], []
     builder = RollupBuilder()
-    add_partitions(builder, parts, keys, range_width, numbers)
+    add_partitions(builder, parts, keys, range_width, numbers, (now // 60 - MINUTES_KEPT) * 60)
     builder.keep_max(keys.stats_global, "last_updated", now)
     return builder.segments(first_key)

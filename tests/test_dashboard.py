@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import signal
+import time
+from collections import Counter
 from collections.abc import Iterator
 
 import httpx
@@ -14,8 +16,10 @@ from fastapi.testclient import TestClient
 from archiver import ArchiverDaemon, Config
 from archiver.daemon.loop import drain
 from archiver.web import create_app
+from codec import ArchivedPartition
 from layers import ActiveLayer, KeySchema
 from layers.archival import ArchivalSwitch
+from layers.keys import ARCHIVER_GROUP
 from tests.browser import CHROMIUM_ARGS, chromium_path, screenshot_path
 from tests.conftest import delete_namespace
 from tests.helpers import free_port, start_server, wait_for
@@ -53,10 +57,38 @@ def test_the_overview_adds_up(server_redis: redis.Redis, namespace: str) -> None
     assert o["dead_letters"]["latest"][0]["reason"]
     p = o["progress"]
     assert (p["total"], p["done"], p["failed"], p["pending"], p["archived"]) == (30, 20, 0, 10, 20)
-    assert p["percent_done"] == 66.67 and len(p["trend"]) == 60 and set(p["rates"]) >= {"1m", "1h", "24h"}
+    assert p["percent_done"] == 66.67 and set(p["rates"]) >= {"1m", "1h", "24h"}
+    assert len(o["minutes"]) == 60 and sum(m["completed"] for m in o["minutes"]) == 20  # the same completions
     assert not o["pressure"]["skipping"] and not o["archival"]["paused"]
     mode = "cluster" if isinstance(server_redis, redis.RedisCluster) else "single"
     assert (o["redis"]["mode"], o["redis"]["role"]) == (mode, "master") and o["redis"]["node"].startswith("127.0.0.1:")
+
+
+def test_right_after_a_job_both_charts_show_its_completions(server_redis: redis.Redis, namespace: str) -> None:
+    """3,000 partitions completed within the last minute, archived by an archiver started after
+    the job (its first progress sample already counts them all: samples cannot tell when they
+    completed). The chart per minute and the chart per hour come from the same statistics and
+    agree, minute by minute and hour by hour."""
+    keys = KeySchema.of(namespace, client=server_redis)
+    now = int(time.time())
+    server_redis.xgroup_create(keys.queue, ARCHIVER_GROUP, id="0", mkstream=True)
+    pipe = server_redis.pipeline(transaction=False)
+    for pid in range(1, 3001):
+        part = ArchivedPartition(pid, (pid - 1) * 10 + 1, pid * 10, f"worker-{pid % 4}", now - pid % 50, 20)
+        pipe.xadd(keys.queue, {"p": part.to_json()})
+    pipe.execute()
+    drain(ArchiverDaemon(server_redis, Config(namespace=namespace, block_ms=10), consumer="late"))
+    with TestClient(create_app(server_redis, Config(namespace=namespace))) as http:
+        o = http.get("/dashboard/overview").json()
+    assert o["progress"]["done"] == 3000
+    at = int(o["generated_at"])
+    minutes = {at // 60 - 59 + i: m["completed"] for i, m in enumerate(o["minutes"])}
+    assert sum(minutes.values()) == 3000
+    by_minute = Counter((now - pid % 50) // 60 for pid in range(1, 3001))
+    assert {m: n for m, n in minutes.items() if n} == dict(by_minute)
+    hours = {at // 3600 - 47 + i: h["completed"] for i, h in enumerate(o["series"])}
+    for hour in {m // 60 for m in minutes}:
+        assert hours[hour] == sum(n for m, n in minutes.items() if m // 60 == hour), hour
 
 
 def test_the_page_and_its_assets_are_served_from_the_package(real_redis: redis.Redis, namespace: str) -> None:
@@ -122,7 +154,11 @@ def test_the_dashboard_in_chromium(served: tuple[str, redis.Redis], request: pyt
             assert page.locator("#archivers tr").count() == 2  # the header and the daemon that drained
             assert page.text_content("#archivers tr:nth-child(2) td") == "dash"
             assert page.text_content("#progress-text").startswith("20 of 30 done (66.67%)")
-            assert page.locator("#trend svg rect").count() == 60
+            assert page.locator("#trend svg rect.bar").count() == 60
+            tips = page.locator("#trend svg rect title").all_text_contents()
+            drawn = [int(t.split(": ")[1].split()[0].replace(",", "")) for t in tips]
+            assert sum(drawn) == 20  # the per-minute chart shows what the hourly chart counts
+            assert page.locator("#trend svg rect[height='0']").count() == 60 - sum(1 for n in drawn if n)
             assert page.get_attribute("#progress-bar", "aria-valuenow") == "67"
             assert page.locator("#modes").is_hidden() and page.text_content("#archival-mode") == "running"
             ArchivalSwitch(client, KeySchema(namespace)).pause("tester")
@@ -153,4 +189,3 @@ def test_the_dashboard_in_chromium(served: tuple[str, redis.Redis], request: pyt
             browser.close()
     assert not errors, (errors, outside)
     assert not outside, outside
-

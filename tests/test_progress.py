@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 
 import orjson
@@ -14,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from archiver.config import Config
 from archiver.web import create_app
 from layers import ActiveLayer, KeySchema
-from layers.progress import ProgressLog, job_progress
+from layers.progress import MINUTES_KEPT, ProgressLog, job_progress
 from tests.helpers import run_cli
 
 NOW = 1_750_000_000.0
@@ -33,9 +32,6 @@ def test_rates_and_the_eta_from_samples() -> None:
     assert job.rates["6h"] == job.rates["24h"] == round(6900 / 7200, 3)  # over the 2 h the samples cover,
     assert job.rate_covers_s["6h"] == job.rate_covers_s["24h"] == 7200.0  # and marked as such
     assert job.eta_s == 600.0 and job.eta.startswith("10 min at 1.0/s")
-    trend = {m["minute"]: m["completed"] for m in job.trend}
-    assert len(job.trend) == 60 and trend[job.trend[-1]["minute"]] == 60  # this minute: since the last sample
-    assert sum(1 for m in job.trend if m["completed"] is None) >= 55  # no sample tells of those minutes
 
 
 def test_the_eta_says_when_it_cannot_tell() -> None:
@@ -104,12 +100,9 @@ def test_samples_are_kept_for_a_day(real_redis: redis.Redis, namespace: str) -> 
     assert kept[0] == 1000 + 1600 - 25 * 60 and kept[-1] == 1000 + 1600
 
 
-def test_right_after_a_job_the_rates_and_the_minute_chart_show_its_first_completions(
-    real_redis: redis.Redis, namespace: str
-) -> None:
+def test_right_after_a_job_the_rates_show_its_first_completions(real_redis: redis.Redis, namespace: str) -> None:
     """The archiver's sampler began with the job: 3,000 completions, all within the first minute
-    sampled. Rates are given over the 50 s the samples cover (and say so), and the minute's bar
-    counts from its first sample, as the hourly chart counts the same completions."""
+    sampled. Rates are given over the 50 s the samples cover (and say so)."""
     keys = KeySchema(namespace)
     log = ProgressLog(real_redis, keys)
     minute = int(NOW // 60) * 60
@@ -119,7 +112,13 @@ def test_right_after_a_job_the_rates_and_the_minute_chart_show_its_first_complet
     job = log.read({}, now=minute + 55)
     assert job.done == 3000
     assert set(job.rates.values()) == {60.0} and set(job.rate_covers_s.values()) == {50.0}  # 3,000 in 50 s
-    last = job.trend[-1]
-    assert last["completed"] == 3000
-    assert last["since"] == dt.datetime.fromtimestamp(minute + 5, dt.UTC).strftime("%H:%M:%SZ")  # partial, said so
-    assert sum(m["completed"] or 0 for m in job.trend) == 3000
+
+
+def test_the_sampler_drops_old_minutes_of_the_statistics(real_redis: redis.Redis, namespace: str) -> None:
+    """The statistics' minutes (the dashboard's chart of the last hour) are kept for three hours."""
+    keys = KeySchema(namespace)
+    now_minute = int(NOW // 60)
+    real_redis.hset(keys.stats_minutes, mapping={str(m): 1 for m in range(now_minute - 300, now_minute + 1)})
+    ProgressLog(real_redis, keys).sample(now=NOW)
+    kept = sorted(int(m) for m in real_redis.hkeys(keys.stats_minutes))
+    assert kept == list(range(now_minute - MINUTES_KEPT, now_minute + 1))

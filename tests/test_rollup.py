@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from codec import ArchivedPartition, ValidationError, WorkerMap
 from layers import KeySchema
-from stats.rollup import RollupBuilder, add_partitions, day_of
+from layers.progress import MINUTES_KEPT
+from stats.rollup import RollupBuilder, add_partitions, day_of, rollup_segments
 
 NUMBERS = WorkerMap({7: "w1", 1: "w:2", 12: "w3"})
 
@@ -49,6 +50,7 @@ def by_definition(
             (KEYS.stats_day(day), f"h{p.completed_at // 3600 % 24:02d}", 1),
             (KEYS.stats_day(day), f"s{p.completed_at // 3600 % 24:02d}", p.duration),
             (KEYS.stats_day(day), f"w:{p.worker_id}", 1),
+            (KEYS.stats_minutes, str(p.completed_at // 60), 1),
         ]:
             sums[(key, field)] += value
         keep(KEYS.stats_global, "first_completed_at", "<", p.completed_at)
@@ -93,3 +95,20 @@ def test_a_worker_without_a_number_is_refused() -> None:
     part = ArchivedPartition(1, 1, 10, "unregistered", 1_700_000_000, 5)
     with pytest.raises(ValidationError, match="unregistered"):
         add_partitions(RollupBuilder(), [part], KEYS, 1000, NUMBERS)
+
+
+def test_a_commit_counts_minutes_only_for_the_hours_the_dashboard_keeps() -> None:
+    """Completions older than `MINUTES_KEPT` (an import of old records, a backlog) count in their
+    hours and days, but add no minute the progress sampler would drop at once."""
+    now = 2_000_000_000
+    recent = ArchivedPartition(1, 1, 10, "w1", now - 60 * MINUTES_KEPT + 30, 5)
+    old = ArchivedPartition(2, 11, 20, "w1", now - 60 * MINUTES_KEPT - 90, 5)
+    keys, segments = rollup_segments([recent, old], KEYS, 1000, now, NUMBERS)
+    fields, at = {}, 0
+    while at < len(segments):  # position, then how many fields add, keep min, keep max; names; values
+        n = sum(int(c) for c in segments[at + 1 : at + 4])
+        names, values = segments[at + 4 : at + 4 + n], segments[at + 4 + n : at + 4 + 2 * n]
+        fields[keys[int(segments[at])]] = dict(zip(names, values, strict=True))
+        at += 4 + 2 * n
+    assert fields[KEYS.stats_minutes] == {str(recent.completed_at // 60): 1}
+    assert sum(v for k, v in fields[KEYS.stats_day(day_of(now))].items() if str(k).startswith("h")) == 2

@@ -74,3 +74,47 @@ def test_byte_counters_are_exact_when_a_pages_pipeline_fails_and_is_sent_again(
     assert layer.decode_batch(layer.batch_blob(1)) == parts(100, 100)  # type: ignore[arg-type]
     assert layer.compression_ratio() == _ratio_of_what_is_stored(layer, range(2), parts(1, 199))
     assert layer.sealing.seals[0] == 1 and layer.sealing.seals[1] == 1
+
+
+def _counters_hold_what_is_stored(layer, batches: range) -> None:  # type: ignore[no-untyped-def]
+    """The byte counters equal the stored blobs' bytes and their records' archived JSON bytes."""
+    blobs = [layer.batch_blob(b) for b in batches]
+    json_bytes = sum(len(p.to_json()) for blob in blobs if blob for p in layer.decode_batch(blob))
+    raw = layer.redis.hmget(layer.keys.archive_meta, ["sealed_json_bytes", "sealed_blob_bytes"])
+    assert (int(raw[0]), int(raw[1])) == (json_bytes, sum(len(b or b"") for b in blobs))
+
+
+@pytest.mark.parametrize("before", ["the same records", "half of them"])
+def test_byte_counters_are_exact_when_another_archiver_sealed_the_batch_first(
+    real_redis: redis.Redis, namespace: str, before: str
+) -> None:
+    """Archiver A reads batch 1 to seal it whole from a page in hand; meanwhile archiver B seals it
+    (the same page delivered to it too, or half of its records, sealed idle). A's slot write is
+    refused and A seals again over B's blob: the records B counted are not counted again."""
+    a = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=0)
+    b = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=0)
+    page = parts(100, 100)
+    read_by_a = a.stage_page(page)
+    if before == "the same records":
+        b.seal_page(b.stage_page(page), Tier.COMPRESSED)
+    else:
+        store(b, page[:50])
+        assert b.seal_idle() == 1
+    b.flush_seals()
+    assert b.batch_blob(1)
+    a.seal_page(read_by_a, Tier.COMPRESSED)  # refused (the slot changed since read), sealed again
+    a.flush_seals()
+    assert a.sealing.seals[1] == 1 and a.decode_batch(a.batch_blob(1)) == page  # type: ignore[arg-type]
+    _counters_hold_what_is_stored(a, range(2))
+
+
+def test_byte_counters_are_exact_when_a_page_is_delivered_again(real_redis: redis.Redis, namespace: str) -> None:
+    """A batch resealed with records it already holds (a page archived again after a crash before
+    its commit, a straggler staged twice) adds no JSON bytes for them."""
+    layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=0)
+    store(layer, parts(100, 60))
+    layer.seal_idle()
+    store(layer, parts(130, 70))  # 30 of them sealed already
+    assert layer.seal_idle() == 1
+    assert layer.decode_batch(layer.batch_blob(1)) == parts(100, 100)  # type: ignore[arg-type]
+    _counters_hold_what_is_stored(layer, range(2))

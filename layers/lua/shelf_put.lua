@@ -4,8 +4,9 @@
 -- ARGV[1] slot count of a shelf created here
 -- ARGV[2..] triples: slot (0-based, each at most once), the blob the caller read in it ('' if
 --           the slot was empty), new blob ('' empties the slot)
--- Returns a 1 (written, or the slot already holds that non-empty blob: a write sent again after
--- its reply was lost) or 0 (changed since read: read again) per triple, or
+-- Returns per triple 1 (written), 2 (not written: the slot already holds that non-empty blob, a
+-- write sent again after its reply was lost, or the same blob written by another sealer) or 0
+-- (changed since read: read again), or
 -- {'err', 'wrong_type' | 'corrupt' | 'bad_slot', detail} with nothing written.
 -- A shelf left without any blob is deleted.
 -- include: _shelf.lua
@@ -51,7 +52,7 @@ for i = 2, #ARGV, 3 do
     changed = true
     results[#results + 1] = 1
   elseif ARGV[i + 2] ~= '' and slots[slot] == ARGV[i + 2] then
-    results[#results + 1] = 1
+    results[#results + 1] = 2
   else
     results[#results + 1] = 0
   end

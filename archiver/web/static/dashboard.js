@@ -81,16 +81,15 @@ function trend(el, minutes) {
   const svg = document.createElementNS(SVG, "svg");
   svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
   svg.setAttribute("preserveAspectRatio", "none");
-  const max = Math.max(1, ...minutes.map((m) => m.completed ?? 0));
+  const max = Math.max(1, ...minutes.map((m) => m.completed));
   const step = (w - 2 * pad) / minutes.length;
   minutes.forEach((m, i) => {
-    const bh = m.completed === null ? 2 : ((h - 2 * pad) * m.completed) / max;
+    const bh = ((h - 2 * pad) * m.completed) / max;
     const bar = document.createElementNS(SVG, "rect");
-    const attrs = { class: m.completed === null ? "gap" : "bar", x: pad + i * step + 1, y: h - pad - bh, width: Math.max(1, step - 2), height: bh };
+    const attrs = { class: "bar", x: pad + i * step + 1, y: h - pad - bh, width: Math.max(1, step - 2), height: bh };
     for (const [k, v] of Object.entries(attrs)) bar.setAttribute(k, v);
     const tip = document.createElementNS(SVG, "title");
-    const since = m.since ? ` since ${m.since} (the first sample)` : "";
-    tip.textContent = `${m.minute}: ${m.completed === null ? "no sample" : fmt(m.completed) + " completed" + since}`;
+    tip.textContent = `${m.minute}: ${fmt(m.completed)} completed`;
     bar.append(tip);
     svg.append(bar);
   });
@@ -123,7 +122,6 @@ function showProgress(p) {
     ["window", ...Object.keys(p.rates)],
     ["completed/s", ...Object.entries(p.rates).map(([w, r]) => rate(r, p.rate_covers_s?.[w], WINDOWS_S[w]))],
   ]);
-  trend($("trend"), p.trend);
 }
 
 function showModes(o) {
@@ -169,6 +167,7 @@ function show(o) {
   $("redis-replicas").title = o.redis.in_step_rule;
   rows($("tier-bytes"), Object.entries(a.bytes).map(([k, v]) => [k.replace("_", " "), bytes(v)]));
 
+  trend($("trend"), o.minutes); // both charts from the statistics: they agree
   chart($("chart"), o.series);
 
   $("archiver-count").textContent = `(${o.archivers.length})`;
