@@ -9,6 +9,18 @@ local SHELF_HEAD = '\167S\1' -- magic and version
 -- one slot reads at once (a shelf of more slots is read again, whole)
 local SHELF_HEAD_READ = 4 + 4 * 64
 
+-- the struct library where the engine has it (Redis, Valkey), else false (fakeredis, whose
+-- functions refuse even to name a global they lack); found on first use, as loading a library
+-- may not call pcall
+local SHELF_STRUCT
+local function shelf_struct()
+  if SHELF_STRUCT == nil then
+    local found, lib = pcall(function() return struct end)
+    SHELF_STRUCT = found and type(lib) == 'table' and lib or false
+  end
+  return SHELF_STRUCT
+end
+
 -- the slot count of a shelf that starts with `head` (its first 4 bytes or more), or nil and why
 -- not (the words of codec/shelf.py)
 local function shelf_count(head)
@@ -30,15 +42,16 @@ end
 
 -- the slot ends in a shelf's table (the 4 * count bytes of `tbl` from byte `at`, 1 if not
 -- given), or nil and why they do not describe a shelf of `size` bytes. One call reads them all:
--- struct.unpack where the engine has it (Redis, Valkey), string.byte elsewhere (fakeredis).
+-- struct.unpack where the engine has it, string.byte elsewhere.
 local function shelf_ends(tbl, count, size, at)
   at = at or 1
   if #tbl < at - 1 + 4 * count or size < 4 + 4 * count then
     return nil, 'shelf is shorter than its slot table'
   end
   local ends
-  if struct then
-    ends = {struct.unpack('<' .. string.rep('I4', count), tbl, at)}
+  local lib = shelf_struct()
+  if lib then
+    ends = {lib.unpack('<' .. string.rep('I4', count), tbl, at)}
     ends[count + 1] = nil -- where unpacking stopped
   else
     local b = {string.byte(tbl, at, at - 1 + 4 * count)}
