@@ -240,11 +240,9 @@ def find_in_columns(buf: bytes, workers: WorkerMap, pid: int) -> ArchivedPartiti
         ("completed_at", at, 0, MAX_TIMESTAMP),
         ("duration", duration, 0, MAX_DURATION),
     ):
-        _check_range(field, [value], lo, hi)
-    name = workers.lookup_table().get(short)
-    if name is None:
-        raise DecodeError(f"unknown worker short id {short}")
-    return _build((pid, low, low + span, name, at, duration))
+        if not lo <= value <= hi:
+            raise DecodeError(f"{field} out of range in columnar payload")
+    return _build((pid, low, low + span, workers.worker_id(short), at, duration))
 
 
 def _index_of(head: _Payload, pid: int) -> int | None:

@@ -60,6 +60,7 @@ class _Zstd(threading.local):
 
 
 _zstd = _Zstd()
+_CODECS = {codec.value: codec for codec in Codec}
 
 
 def _frame(codec: Codec, payload: bytes) -> bytes:
@@ -98,10 +99,9 @@ def blob_codec(blob: bytes) -> Codec:
         raise DecodeError("not a partarchive blob (wrong magic)")
     if version != FORMAT_VERSION:
         raise DecodeError(f"unknown blob format version {version}")
-    try:
-        codec = Codec(codec_id)
-    except ValueError:
-        raise DecodeError(f"unknown codec id {codec_id}") from None
+    codec = _CODECS.get(codec_id)
+    if codec is None:
+        raise DecodeError(f"unknown codec id {codec_id}")
     if zlib.crc32(blob[_HEADER.size :], zlib.crc32(blob[:4])) != crc:
         raise DecodeError("checksum mismatch: the blob is corrupt")
     return codec

@@ -72,6 +72,7 @@ def _radix_size(count: int, base: int, spread: int) -> int:
     return _packed_size(0, base, 0) + varint_size(radix) + ((count // per_group) * width + tail_width + 7) // 8
 
 
+@lru_cache(maxsize=4096)
 def _radix_layout(radix: int, count: int) -> tuple[int, int, int, int]:
     """(values a group, bits a group, values in the last group, bits of the last group)."""
     per_group = _group_size(radix)

@@ -19,6 +19,8 @@ def put_svarint(out: bytearray, value: int) -> None:
 
 
 def get_uvarint(buf: bytes, offset: int) -> tuple[int, int]:
+    if offset < len(buf) and buf[offset] < 0x80:  # one byte: most of a batch header's
+        return buf[offset], offset + 1
     result = shift = 0
     for i in range(offset, min(offset + _MAX_BYTES, len(buf))):
         byte = buf[i]

@@ -5,10 +5,10 @@ A script names the helper files it uses in a header line, ``-- include: _checks.
 is, since defining functions and tables costs every call (~6 us of server time for
 ``_record.lua``, a quarter of the query router's lookup).
 
-The worker's hot steps (`LIBRARY_SCRIPTS`) run instead as the functions of one Redis Functions
-library (``FUNCTION LOAD``, ``FCALL``), where the client is not a cluster client: the helpers
-are then defined once, when the library loads, and FCALL itself costs Redis less than EVALSHA;
-together about a third of a step's server time. The library's name carries a hash of its text,
+The worker's hot steps and the query router's lookup (`LIBRARY_SCRIPTS`) run instead as the
+functions of one Redis Functions library (``FUNCTION LOAD``, ``FCALL``), where the client is not a
+cluster client: the helpers are then defined once, when the library loads, and FCALL itself costs
+Redis less than EVALSHA; together about a third of a step's server time. The library's name carries a hash of its text,
 so releases side by side each call their own; a server that lost it (restarted without
 persistence, ``FUNCTION FLUSH``) is sent it again, a server without functions (before Redis 7)
 runs the same files as scripts. On Redis Cluster they run as scripts too: redis-py would ask the
@@ -40,8 +40,13 @@ from layers.slot_moves import follow_ask_to_new_masters, ride_out
 _INCLUDE = re.compile(r"^-- include: *(.+)$", re.MULTILINE)
 _LINE = re.compile(r"user_(?:script|function):(\d+)")
 
-#: The scripts that run as the functions of the worker's library (see above).
-LIBRARY_SCRIPTS = ("claim", "start", "heartbeat", "complete")
+#: The scripts that run as the functions of the library (see above): the worker's steps and the
+#: query router's lookup.
+LIBRARY_SCRIPTS = ("claim", "start", "heartbeat", "complete", "lookup")
+#: Those of them that write nothing: registered ``no-writes``, so that they run on a replica and on
+#: a server past its maxmemory as their scripts do; where the library cannot be loaded (those
+#: refuse FUNCTION LOAD) they run as scripts (`refuses_load`).
+READ_ONLY_SCRIPTS = frozenset({"lookup"})
 _LIBRARY_LINE = "<library>"
 
 
@@ -128,11 +133,13 @@ def library() -> Library:
     helpers = [file for file in _with_helpers(files) if file not in files]
     body: list[tuple[str, str]] = [(file, _lua(file)) for file in helpers]
     for name in LIBRARY_SCRIPTS:
-        body += [
-            (_LIBRARY_LINE, f"redis.register_function('{{name}}_{name}', function(KEYS, ARGV)\n"),
-            (f"{name}.lua", _lua(f"{name}.lua")),
-            (_LIBRARY_LINE, "end)\n"),
-        ]
+        if name in READ_ONLY_SCRIPTS:
+            named = f"function_name='{{name}}_{name}', flags={{'no-writes'}}"
+            opening = f"redis.register_function{{{named}, callback=function(KEYS, ARGV)\n"
+            closing = "end}\n"
+        else:
+            opening, closing = f"redis.register_function('{{name}}_{name}', function(KEYS, ARGV)\n", "end)\n"
+        body += [(_LIBRARY_LINE, opening), (f"{name}.lua", _lua(f"{name}.lua")), (_LIBRARY_LINE, closing)]
     digest = hashlib.sha1("".join(text for _, text in body).encode()).hexdigest()[:12]
     lib_name = f"partarchive_{digest}"
     body = [(where, text.replace("{name}", lib_name) if where == _LIBRARY_LINE else text) for where, text in body]
@@ -150,6 +157,12 @@ def lacks_functions(exc: ResponseError) -> bool:
     call them (an ACL that allows scripts only): the steps run as scripts instead."""
     text = str(exc)
     return "unknown command" in text.lower() or text.startswith("NOPERM") or isinstance(exc, NoPermissionError)
+
+
+def refuses_load(name: str, exc: ResponseError) -> bool:
+    """The server refused to load the library (a replica, maxmemory reached) and script ``name``
+    writes nothing, so it can run as a script there instead."""
+    return name in READ_ONLY_SCRIPTS and not lacks_functions(exc) and not str(exc).startswith("ERR Error compiling")
 
 
 def located(name: str, exc: ResponseError) -> ResponseError:
@@ -178,7 +191,8 @@ class Scripts:
         self._registered: dict[str, Script] = {}
         self._loaded: set[str] = set()  # loaded by `queue_calls` (the server may have lost them since)
         self._cluster = isinstance(client, redis.RedisCluster)
-        self.functions = not self._cluster  # the worker's library (`LIBRARY_SCRIPTS`) runs as functions
+        self.functions = not self._cluster  # the library (`LIBRARY_SCRIPTS`) runs as functions
+        self.as_scripts: set[str] = set()  # read-only ones run as scripts: the server refused the library
         if self._cluster:
             follow_ask_to_new_masters(client)
 
@@ -202,7 +216,7 @@ class Scripts:
         return str(self._script(name).sha)
 
     def __call__(self, name: str, keys: list[str], args: list[Any], client: Any = None) -> Any:
-        if self.functions and name in LIBRARY_SCRIPTS:
+        if self.functions and name in LIBRARY_SCRIPTS and name not in self.as_scripts:
             return self._fcall(name, keys, args, client or self._client)
         script = self._script(name)
         try:
@@ -219,8 +233,8 @@ class Scripts:
         function = library().function(name)
         for attempt in (1, 2):
             try:
-                if attempt == 2:  # the server has not loaded the library
-                    load_library(client)
+                if attempt == 2 and not self._load(name, client):  # the server has not loaded the library
+                    return self(name, keys, args, client)  # and refused it: `name` runs as a script
                 return client.fcall(function, len(keys), *keys, *args)
             except ResponseError as exc:
                 if lacks_functions(exc):
@@ -229,6 +243,17 @@ class Scripts:
                 if attempt == 2 or not is_missing_function(exc):
                     raise located(name, exc) from None
         raise AssertionError("unreachable")
+
+    def _load(self, name: str, client: Any) -> bool:
+        """Load the library; False where the server refused and script ``name`` can run instead."""
+        try:
+            load_library(client)
+        except ResponseError as exc:
+            if not refuses_load(name, exc):
+                raise
+            self.as_scripts.add(name)
+            return False
+        return True
 
     def run_many(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any]:
         """Run several scripts in one round trip (a pipeline of EVALSHA), or one by one on Redis

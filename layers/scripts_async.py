@@ -14,7 +14,15 @@ from weakref import WeakKeyDictionary
 import redis.asyncio
 from redis.exceptions import NoScriptError, ResponseError
 
-from layers.scripts import LIBRARY_SCRIPTS, is_missing_function, lacks_functions, library, located, script_source
+from layers.scripts import (
+    LIBRARY_SCRIPTS,
+    is_missing_function,
+    lacks_functions,
+    library,
+    located,
+    refuses_load,
+    script_source,
+)
 
 
 class AsyncScripts:
@@ -26,6 +34,7 @@ class AsyncScripts:
         self._client = client
         self._shas: dict[str, str] = {}
         self.functions = not isinstance(client, redis.asyncio.RedisCluster)
+        self.as_scripts: set[str] = set()  # as `layers.scripts.Scripts.as_scripts`
 
     @classmethod
     def of(cls, client: Any) -> AsyncScripts:
@@ -41,7 +50,7 @@ class AsyncScripts:
         return sha
 
     async def __call__(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        if self.functions and name in LIBRARY_SCRIPTS:
+        if self.functions and name in LIBRARY_SCRIPTS and name not in self.as_scripts:
             return await self._fcall(name, keys, args)
         try:
             return await self._client.evalsha(self.sha(name), len(keys), *keys, *args)
@@ -54,12 +63,8 @@ class AsyncScripts:
         function = library().function(name)
         for attempt in (1, 2):
             try:
-                if attempt == 2:  # the server has not loaded the library
-                    try:
-                        await self._client.function_load(library().source.text)
-                    except ResponseError as exc:
-                        if "already exists" not in str(exc):
-                            raise
+                if attempt == 2 and not await self._load(name):  # the server has not loaded the library
+                    return await self(name, keys, args)  # and refused it: `name` runs as a script
                 return await self._client.fcall(function, len(keys), *keys, *args)
             except ResponseError as exc:
                 if lacks_functions(exc):
@@ -68,3 +73,16 @@ class AsyncScripts:
                 if attempt == 2 or not is_missing_function(exc):
                     raise located(name, exc) from None
         raise AssertionError("unreachable")
+
+    async def _load(self, name: str) -> bool:
+        """As `layers.scripts.Scripts._load`."""
+        try:
+            await self._client.function_load(library().source.text)
+        except ResponseError as exc:
+            if "already exists" in str(exc):
+                return True
+            if not refuses_load(name, exc):
+                raise
+            self.as_scripts.add(name)
+            return False
+        return True

@@ -3,13 +3,18 @@ and on asyncio (`flavour`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import redis
+from redis.exceptions import ResponseError
 
 from archiver import ArchiverDaemon, Config, QueryRouter, Source
 from archiver.daemon.loop import drain
 from codec import ValidationError
 from layers import ActiveLayer, KeySchema
+from layers.replies import as_text
+from layers.scripts import library
 from tests.flavours import Flavour
 
 
@@ -87,4 +92,55 @@ def test_a_lookup_is_one_round_trip_before_any_batch_size_is_stored(
     monkeypatch.setattr(client, "execute_command", counted)
     for pid in (1, 2, 3):
         assert router.get(pid).source is Source.ACTIVE
-    assert sent == ["EVALSHA"] * 3
+    assert sent == ["FCALL"] * 3  # the lookup, a function of the library (`layers.scripts`)
+
+
+def test_a_server_that_refuses_the_library_answers_lookups_from_the_script(
+    real_redis: redis.Redis, namespace: str, monkeypatch: pytest.MonkeyPatch, flavour: Flavour
+) -> None:
+    """A replica, a server past its maxmemory or an ACL may refuse FUNCTION LOAD: the lookup, which
+    writes nothing, then runs as its script there (once found, without asking again); the library
+    registers it ``no-writes``, so where the library is loaded it runs wherever the script would."""
+    active = ActiveLayer(real_redis, namespace)
+    active.create_partitions(1, 3000, 1000)
+    router = flavour.router(real_redis, namespace)
+    assert router.get(2).source is Source.ACTIVE  # the library loaded
+    flags = {
+        as_text(f[b"name"]): {as_text(x) for x in f[b"flags"]}
+        for lib in real_redis.function_list(library().name)
+        for f in map(_fields, _fields(lib)[b"functions"])
+    }
+    assert flags[library().function("lookup")] == {"no-writes"} and flags[library().function("claim")] == set()
+    sent: list[str] = []
+    client = flavour.async_client(real_redis) if flavour.is_async else real_redis
+    send = client.execute_command
+
+    def refusing(*args: object, **options: object) -> object:
+        sent.append(str(args[0]))
+        if args[0] == "FCALL":
+            error: Exception = ResponseError("Function not found")
+        elif args[0] == "FUNCTION LOAD":
+            error = ResponseError("OOM command not allowed when used memory > 'maxmemory'.")
+        else:
+            return send(*args, **options)
+        if not flavour.is_async:
+            raise error
+
+        async def refused() -> object:
+            raise error
+
+        return refused()
+
+    monkeypatch.setattr(client, "execute_command", refusing)
+    for pid in (1, 2, 3):
+        assert router.get(pid).source is Source.ACTIVE
+    assert sent[:2] == ["FCALL", "FUNCTION LOAD"] and sent[-3:] == ["EVALSHA"] * 3
+    assert set(sent[2:]) <= {"EVALSHA", "SCRIPT LOAD"}  # loaded where the server had not seen the script
+    if not flavour.is_async:
+        with pytest.raises(ResponseError, match="OOM"):  # a worker's step writes: refused, as its script would be
+            active.claim("w1")
+
+
+def _fields(entry: Any) -> dict[bytes, Any]:
+    """A FUNCTION LIST entry as a mapping (RESP3 gives one, RESP2 a flat list of names and values)."""
+    return entry if isinstance(entry, dict) else dict(zip(entry[::2], entry[1::2], strict=True))

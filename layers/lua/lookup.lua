@@ -11,6 +11,7 @@
 -- from the one it knew: if they differ it asks again).
 -- include: _shelf.lua
 local pid, batch, slot = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local meta = redis.call('HMGET', KEYS[7], 'retention_s', 'batch_size')
 local out = {
   redis.call('HGET', KEYS[1], pid),
   redis.call('GETBIT', KEYS[2], pid),
@@ -18,21 +19,25 @@ local out = {
   redis.call('HGET', KEYS[4], pid),
   redis.call('GETBIT', KEYS[5], pid),
   redis.call('ZSCORE', KEYS[6], batch),
-  redis.call('HGET', KEYS[7], 'retention_s'),
+  meta[1],
   redis.call('HGET', KEYS[8], ''),
   false,
   redis.call('GET', KEYS[10]),
   '',
-  redis.call('HGET', KEYS[7], 'batch_size'),
+  meta[2],
 }
 local size = redis.call('STRLEN', KEYS[9])
 if size == 0 then
   return out
 end
-local count, why = shelf_count(redis.call('GETRANGE', KEYS[9], 0, 3))
+local head = redis.call('GETRANGE', KEYS[9], 0, SHELF_HEAD_READ - 1)
+local count, why = shelf_count(head)
 local ends
 if count then
-  ends, why = shelf_ends(redis.call('GETRANGE', KEYS[9], 4, 3 + 4 * count), count, size)
+  if 4 + 4 * count > SHELF_HEAD_READ then
+    head = redis.call('GETRANGE', KEYS[9], 0, 3 + 4 * count)
+  end
+  ends, why = shelf_ends(head, count, size, 5)
 end
 if not ends then
   out[11] = why
