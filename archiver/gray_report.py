@@ -159,11 +159,7 @@ def _active_bytes(ns: Namespace, pids: list[int]) -> float | None:
     """A held partition's bytes in the active hash: its field and its record."""
     if not pids:
         return None
-    pipe = ns.redis.pipeline(transaction=False)
-    for pid in pids:
-        pipe.hstrlen(ns.keys.active, pid)
-    sizes: list[int] = pipe.execute()
-    return round(sum(n + len(str(pid)) for pid, n in zip(pids, sizes, strict=True)) / len(pids), 1)
+    return _mean_entry_bytes(ns, ns.keys.active, [str(pid) for pid in pids])
 
 
 def _archive_bytes(ns: Namespace, meta: dict[str, str], simple: int, sample: int) -> float | None:
@@ -176,8 +172,13 @@ def _archive_bytes(ns: Namespace, meta: dict[str, str], simple: int, sample: int
     fields = [as_text(f) for f in (ns.redis.hrandfield(ns.keys.completed, sample) or [])]
     if not fields:
         return None
+    return _mean_entry_bytes(ns, ns.keys.completed, fields)
+
+
+def _mean_entry_bytes(ns: Namespace, key: str, fields: list[str]) -> float:
+    """The mean bytes of the entries ``fields`` of hash ``key``: field and value."""
     pipe = ns.redis.pipeline(transaction=False)
-    for f in fields:
-        pipe.hstrlen(ns.keys.completed, f)
+    for name in fields:
+        pipe.hstrlen(key, name)
     sizes: list[int] = pipe.execute()
     return round(sum(n + len(f) for f, n in zip(fields, sizes, strict=True)) / len(fields), 1)
