@@ -9,9 +9,9 @@ from typing import Any
 
 from codec.errors import ValidationError
 from layers import KeySchema, TierPolicy
-from layers.active import RECORD_FORMATS
+from layers.active.sdk import RECORD_FORMATS
+from layers.control.pressure import PressureSettings
 from layers.keys import check_namespace
-from layers.pressure import PressureSettings
 from stats import DEFAULT_RANGE_WIDTH
 from stats.commit import DEFAULT_FLUSH_COUNT, DEFAULT_FLUSH_INTERVAL_S
 
@@ -79,7 +79,7 @@ class Config:
 
     @property
     def pressure(self) -> PressureSettings:
-        """When the backlog is critical enough to skip compression (`layers.pressure`)."""
+        """When the backlog is critical enough to skip compression (`layers.control.pressure`)."""
         return PressureSettings(
             critical_backlog=self.skip_compression_backlog,
             critical_for_s=self.skip_compression_for_s,

@@ -1,11 +1,11 @@
 """``partarchive archival report``: the gray release's two cohorts side by side on live traffic
-(`layers.archival`). The *archived* cohort is the completions `complete()` queued for the
+(`layers.control.switch`). The *archived* cohort is the completions `complete()` queued for the
 archiver; the *held* one those it kept in the active hash (paused or outside the share),
 released ones included, since they were held when they completed.
 
 Counts come from the stored counters, as the metrics count them (held: the held zset and the
 released counter; archived: the archive's total and the queue, less the released ones);
-complete() latencies from the hash the worker SDKs hand theirs to (`layers.metrics`), as the
+complete() latencies from the hash the worker SDKs hand theirs to (`layers.active.latencies`), as the
 workers measured them; sizes and lookup times from a sample of each cohort, read and timed
 here; ``all_active`` is timed once over the whole active hash, and without the held records it
 is estimated in proportion to the records it would read (a held record costs what any other
@@ -21,9 +21,9 @@ from typing import Any
 
 from archiver.namespace import Namespace
 from archiver.router import QueryRouter
-from layers.archival import ArchivalState
-from layers.metrics import COMPLETE_BUCKETS
-from layers.replies import as_text
+from layers.active.latencies import COMPLETE_BUCKETS
+from layers.control.switch import ArchivalState
+from layers.plumbing.replies import as_text
 
 SAMPLE = 50
 

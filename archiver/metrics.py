@@ -21,16 +21,16 @@ from prometheus_client.registry import Collector
 
 from codec import ACTIVE_STATUSES, PartArchiveError
 from layers import ArchiveLayer, KeySchema, Tier
-from layers.active_reads import COUNTED, counts_from, queue_counts
-from layers.archival import parse_state
-from layers.liveness import Liveness
-from layers.meta import stored_int, typed_errors
-from layers.metrics import COMPLETE_BUCKETS
-from layers.pressure import SKIP
-from layers.progress import job_progress, parse_samples
-from layers.queue import oldest_pending_age
-from layers.replies import as_text
-from layers.transitions import transition_state
+from layers.active.latencies import COMPLETE_BUCKETS
+from layers.active.reads import COUNTED, counts_from, queue_counts
+from layers.archive.queue import oldest_pending_age
+from layers.archive.transitions import transition_state
+from layers.control.liveness import Liveness
+from layers.control.pressure import SKIP
+from layers.control.switch import parse_state
+from layers.plumbing.meta import stored_int, typed_errors
+from layers.plumbing.replies import as_text
+from stats.progress import job_progress, parse_samples
 
 log = structlog.get_logger("partarchive.metrics")
 
@@ -237,7 +237,7 @@ class LayerStateCollector(Collector):
         yield gauge("partarchive_job_eta_seconds", "Estimated seconds until nothing is pending (-1 unknown).", eta)
 
     def _worker_latency(self, fields: dict[str, Any]) -> Iterator[HistogramMetricFamily]:
-        """The completion latency every worker SDK of the namespace reported (`layers.metrics`): in
+        """The completion latency every worker SDK of the namespace reported (`layers.active.latencies`): in
         all, and per gray-release cohort (the fields of held completions start with ``h``)."""
         total = HistogramMetricFamily(
             "partarchive_worker_complete_seconds",

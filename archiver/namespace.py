@@ -16,15 +16,15 @@ import redis
 from archiver.config import Config
 from codec import ValidationError
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy
-from layers.archival import ArchivalSwitch
-from layers.liveness import Liveness
-from layers.maintenance import MaintenanceLock
-from layers.pressure import BacklogPressure
-from layers.progress import ProgressLog
-from layers.replies import as_text
-from layers.slot_moves import ride_out
+from layers.control.liveness import Liveness
+from layers.control.maintenance import MaintenanceLock
+from layers.control.pressure import BacklogPressure
+from layers.control.switch import ArchivalSwitch
+from layers.plumbing.replies import as_text
+from layers.plumbing.slot_moves import ride_out
 from stats import StatsCompactor, StatsReader
 from stats.commit import CommitBuffer
+from stats.progress import ProgressLog
 
 
 class Namespace:

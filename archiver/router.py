@@ -8,7 +8,7 @@ Everything but the statistics fallback is read in one round trip (one script,
 found by ``pid // batch_size``, never by a scan. A blob that fails to decode is counted and
 the router falls back; it never raises out of `get`.
 
-The lookup is written once, as steps (`layers.steps`, `RouterCore`): `QueryRouter` runs it on a
+The lookup is written once, as steps (`layers.plumbing.steps`, `RouterCore`): `QueryRouter` runs it on a
 blocking client, `archiver.router_async.AsyncQueryRouter` awaits it on a `redis.asyncio` one.
 """
 
@@ -27,14 +27,14 @@ from codec import ArchivedPartition, DecodeError, PartitionInfo
 from codec.elk import ElkRecord, decode_active, parse_archived
 from codec.shelf import SHELF_SLOTS, unshelved
 from layers import ArchiveLayer, KeySchema, TierPolicy
-from layers.active import check_partition_id
+from layers.active.sdk import check_partition_id
+from layers.archive.sealing import find_in_batch_steps
+from layers.archive.shelves import StoredBatch, add_shelf_reads
+from layers.archive.workers import WorkerNumbers
 from layers.keys import is_cluster_client
-from layers.meta import StoredBatchSize, typed_steps
-from layers.replies import as_text
-from layers.sealing import find_in_batch_steps
-from layers.shelves import StoredBatch, add_shelf_reads
-from layers.steps import Batch, Call, Script, Steps, SyncIO, blocking
-from layers.workers import WorkerNumbers
+from layers.plumbing.meta import StoredBatchSize, typed_steps
+from layers.plumbing.replies import as_text
+from layers.plumbing.steps import Batch, Call, Script, Steps, SyncIO, blocking
 from stats.reader import RangeSummaries
 
 
@@ -104,7 +104,7 @@ SummaryLookup = Callable[[int], dict[str, Any] | None] | Callable[[int], Awaitab
 
 
 class RouterCore:
-    """The lookup as steps (`layers.steps`): `QueryRouter` runs it blocking, `AsyncQueryRouter`
+    """The lookup as steps (`layers.plumbing.steps`): `QueryRouter` runs it blocking, `AsyncQueryRouter`
     awaits it on a `redis.asyncio` client."""
 
     def __init__(

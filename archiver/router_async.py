@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from archiver.router import RouterCore, SummaryLookup
 from layers import ArchiveLayer, KeySchema, TierPolicy
+from layers.archive.workers import WorkerNumbers
 from layers.keys import is_cluster_client
-from layers.meta import StoredBatchSize
-from layers.steps import AsyncClient, AsyncIO, awaiting
-from layers.workers import WorkerNumbers
+from layers.plumbing.meta import StoredBatchSize
+from layers.plumbing.steps import AsyncClient, AsyncIO, awaiting
 
 
 class AsyncQueryRouter(RouterCore):

@@ -11,8 +11,8 @@ import redis
 from archiver.config import Config
 from archiver.engine.topology import serving_node
 from archiver.namespace import Namespace
-from layers.liveness import ArchiverHealth
-from layers.transitions import transition_state
+from layers.archive.transitions import transition_state
+from layers.control.liveness import ArchiverHealth
 
 
 def collect_status(

@@ -41,8 +41,8 @@ from bench.populate import _chunks
 from bench.report import median, table
 from bench.workload import standard_workload
 from layers import ArchiveLayer, KeySchema
+from layers.archive.transitions import sweep_expired
 from layers.keys import ARCHIVER_GROUP
-from layers.transitions import sweep_expired
 from stats import StatsChecker
 
 RUNS = 3

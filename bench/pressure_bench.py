@@ -1,5 +1,5 @@
 """Pressure section: a burst of completions in the compressed tier, drained with compression skipped
-(a critical backlog, `layers.pressure`), against the simple tier's rate; then the seal-up, and the
+(a critical backlog, `layers.control.pressure`), against the simple tier's rate; then the seal-up, and the
 memory per partition once it is done.
 
 Each run drains the same N queued completions (the archiver section's workload) with one archiver

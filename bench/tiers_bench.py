@@ -27,7 +27,7 @@ from bench.populate import write_compressed, write_simple
 from bench.report import table
 from bench.workload import standard_workload
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, Tier, TierPolicy, migrate_step
-from layers.transitions import sweep_expired
+from layers.archive.transitions import sweep_expired
 
 NS = "benchtiers"
 LIVE = 50_000

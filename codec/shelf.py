@@ -15,7 +15,7 @@ that once for 64 batches, and batch ``b`` stays addressable: shelf ``b // 64``, 
 
 A slot's blob keeps its codec byte and checksum (which covers the three bytes left out), so a
 damaged slot is found when decoded; `shelved` and `unshelved` convert between the two forms.
-`layers/lua/shelf_put.lua` writes this format on the server; `pack_shelf` is its twin for
+`layers/archive/lua/shelf_put.lua` writes this format on the server; `pack_shelf` is its twin for
 bulk writers and tests.
 """
 

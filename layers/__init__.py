@@ -1,9 +1,13 @@
 """Redis-backed layers: the active layer (worker SDK), the archive queue and the archive."""
 
 from codec.validate import MAX_PARTITION_ID
-from layers.active import ActiveLayer, Completion
-from layers.active_async import AsyncActiveLayer
-from layers.archive import ArchiveLayer
+from layers.active.sdk import ActiveLayer, Completion
+from layers.active.sdk_async import AsyncActiveLayer
+from layers.archive.layer import ArchiveLayer
+from layers.archive.queue import ArchiveQueue, QueueEntry, QueueState
+from layers.archive.tiers import Tier, TierPolicy
+from layers.archive.transitions import migrate_step
+from layers.archive.workers import WorkerRegistry
 from layers.errors import (
     CorruptMetadata,
     InvalidTransition,
@@ -16,10 +20,6 @@ from layers.errors import (
     WrongKeyType,
 )
 from layers.keys import KeySchema
-from layers.queue import ArchiveQueue, QueueEntry, QueueState
-from layers.tiers import Tier, TierPolicy
-from layers.transitions import migrate_step
-from layers.workers import WorkerRegistry
 
 __all__ = [
     "MAX_PARTITION_ID",

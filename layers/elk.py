@@ -31,8 +31,8 @@ from codec.gojson import GoTime
 from codec.validate import MAX_PARTITION_ID
 from layers.errors import WrongKeyType
 from layers.keys import ElkKeys
-from layers.replies import as_text
-from layers.scripts import Scripts
+from layers.plumbing.replies import as_text
+from layers.plumbing.scripts import Scripts
 
 CLOCK_SKEW_S = 300
 _SCAN_COUNT = 1000

@@ -203,7 +203,7 @@ class KeySchema:
         """Sorted set of claimed/running pids, score = last heartbeat (unix ms) as the index last saw
         it: positive while claimed, negative while running, so the leases counted by sign give both
         counts. A heartbeat does not move it; the claim checks a lease that looks stale against
-        the record (``layers/lua/claim.lua``)."""
+        the record (``layers/active/lua/claim.lua``)."""
         return f"{self._tagged}_partitions:leases"
 
     @property
@@ -298,7 +298,7 @@ class KeySchema:
     def archival_paused(self) -> str:
         """The archival switch, a string read by `complete()`: absent while every completion is
         archived; the gray release's share (``{"share":N}``), or a pause (JSON: since when, by
-        whom, and the share to go back to), otherwise (`layers/lua/_share.lua`). A completion
+        whom, and the share to go back to), otherwise (`layers/control/lua/_share.lua`). A completion
         paused or outside the share stays in the active hash and queues nothing. Named before
         the share existed."""
         return f"{self._tagged}_archival:paused"
@@ -391,7 +391,7 @@ class KeySchema:
     def stats_minutes(self) -> str:
         """Hash: completions per minute, the field a unix minute (``completed_at // 60``), counted with
         the hours of `stats_day` by the same commit, so the dashboard's two charts agree; fields
-        older than `layers.progress.MINUTES_KEPT` are not counted, and dropped by the progress sampler."""
+        older than `stats.progress.MINUTES_KEPT` are not counted, and dropped by the progress sampler."""
         return f"{self._tagged}_stats:minutes"
 
     @property

@@ -4,7 +4,7 @@ Invariant: a partition is counted in the statistics and in the archived total ex
 however often its queue entry is delivered, and a queue entry is acknowledged (and deleted) only
 by the step that counts its partition or finds it counted already. Nothing else acknowledges.
 
-That step is one call of ``layers/lua/commit.lua``. For the partitions it is asked to count it
+That step is one call of ``layers/archive/lua/commit.lua``. For the partitions it is asked to count it
 reads their index bits; if none is set it sets them, applies their statistics, adds them to the
 total (moving the tier up at a threshold), writes their detail when the detail travels with the
 commit (the simple tier, or a batch tier storing records unsealed in a critical backlog), and
@@ -36,11 +36,11 @@ from typing import Any, Literal, NamedTuple
 from codec import ArchivedPartition, ValidationError
 from codec.page import Columns
 from layers import ArchiveLayer, StaleWorkerNumbers
+from layers.archive.tiers import Tier
 from layers.keys import ARCHIVER_GROUP
-from layers.meta import stored_int
-from layers.replies import as_text, script_error
-from layers.scripts import Scripts
-from layers.tiers import Tier
+from layers.plumbing.meta import stored_int
+from layers.plumbing.replies import as_text, script_error
+from layers.plumbing.scripts import Scripts
 from stats.rollup import DEFAULT_RANGE_WIDTH, rollup_segments
 
 DEFAULT_FLUSH_COUNT = 100

@@ -18,9 +18,9 @@ import redis
 
 from codec import DecodeError
 from layers import KeySchema
-from layers.meta import stored_int
-from layers.replies import as_text
-from layers.scripts import Scripts
+from layers.plumbing.meta import stored_int
+from layers.plumbing.replies import as_text
+from layers.plumbing.scripts import Scripts
 
 COARSE = 100
 _DAYS_PER_STEP = 366

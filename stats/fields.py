@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from layers.replies import as_text
+from layers.plumbing.replies import as_text
 
 KINDS = ("c", "d", "p")  # count, total duration, processed data
 _NUMBERED = re.compile(r"#([1-9][0-9]*)([cdp])")

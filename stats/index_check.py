@@ -33,9 +33,9 @@ from redis.client import Pipeline
 
 from codec import ArchivedPartition
 from layers import KeySchema, TierPolicy
-from layers.meta import stored_int
-from layers.replies import as_text
-from layers.slot_moves import run_transaction
+from layers.plumbing.meta import stored_int
+from layers.plumbing.replies import as_text
+from layers.plumbing.slot_moves import run_transaction
 from stats.compaction import COARSE, coarse_of
 from stats.fields import worker_ids
 from stats.lost import lost_detail, marked, runs

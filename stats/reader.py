@@ -8,10 +8,10 @@ import redis
 
 from codec import DecodeError
 from layers import KeySchema
-from layers.active_reads import COUNTED, counts_from, queue_counts
-from layers.meta import is_wrong_type, stored_int, stored_tier, wrong_type_error
-from layers.replies import as_text
-from layers.steps import Batch, Steps, SyncIO, one
+from layers.active.reads import COUNTED, counts_from, queue_counts
+from layers.plumbing.meta import is_wrong_type, stored_int, stored_tier, wrong_type_error
+from layers.plumbing.replies import as_text
+from layers.plumbing.steps import Batch, Steps, SyncIO, one
 from stats.compaction import COARSE, coarse_of, merge_fields
 from stats.fields import KINDS, by_worker_id, per_worker, worker_ids
 from stats.rollup import DEFAULT_RANGE_WIDTH
@@ -29,7 +29,7 @@ def _avg(total: int, count: int) -> float:
 
 
 class RangeSummaries:
-    """The statistics of one ID range, read as steps (`layers.steps`): the query router's fallback
+    """The statistics of one ID range, read as steps (`layers.plumbing.steps`): the query router's fallback
     on either kind of client."""
 
     def __init__(self, keys: KeySchema) -> None:

@@ -17,8 +17,8 @@ from operator import sub
 from codec import ArchivedPartition, ValidationError, WorkerMap
 from codec.page import Columns
 from layers import KeySchema
-from layers.progress import MINUTES_KEPT
 from stats.fields import id_names, numbered_names
+from stats.progress import MINUTES_KEPT
 
 Op = tuple[int, str, str, int]
 #: Partitions per statistics range, unless the namespace stores another (``stats_meta.range_width``).

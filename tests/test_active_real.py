@@ -159,7 +159,7 @@ def test_a_creation_that_would_pass_the_pid_limit_writes_nothing(real_redis: red
 def test_leases_use_the_servers_clock_whatever_the_hosts_say(real_redis: redis.Redis, namespace: str) -> None:
     import time
 
-    from layers.clock import ServerClock
+    from layers.active.clock import ServerClock
 
     behind = ActiveLayer(real_redis, namespace, clock=ServerClock(real_redis, local=lambda: time.time() - 3600))
     ahead = ActiveLayer(real_redis, namespace, clock=ServerClock(real_redis, local=lambda: time.time() + 3600))

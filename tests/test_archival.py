@@ -20,7 +20,7 @@ from archiver.router import QueryRouter, Source
 from codec import ArchivedPartition, PartitionInfo
 from codec.elk import ElkRecord, decode_elk
 from layers import ActiveLayer, ArchiveLayer, KeySchema
-from layers.archival import ArchivalSwitch
+from layers.control.switch import ArchivalSwitch
 from stats import StatsChecker, StatsReader
 from tests.elk_fixtures import delete_prefix
 from tests.go_worker import GoWorker

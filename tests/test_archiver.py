@@ -16,7 +16,7 @@ from archiver.daemon.loop import drain
 from codec import ArchivedPartition
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema
 from layers.errors import WrongKeyType
-from layers.replies import as_text
+from layers.plumbing.replies import as_text
 from stats import StatsChecker
 from tests.helpers import archive_now, complete_partitions, start_archiver, wait_for
 
@@ -171,7 +171,7 @@ def test_a_lost_consumer_group_is_created_again(real_redis: redis.Redis, namespa
 def test_poison_entries_are_dead_lettered_after_bounded_deliveries_and_requeued(
     engine_url: str, real_redis: redis.Redis, namespace: str
 ) -> None:
-    from layers.queue import QueueEntry
+    from layers.archive.queue import QueueEntry
     from tests.helpers import run_cli
 
     keys = KeySchema(namespace)

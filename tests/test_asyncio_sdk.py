@@ -20,7 +20,7 @@ from archiver import AsyncQueryRouter, Source
 from archiver.engine import async_twin
 from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, AsyncActiveLayer, KeySchema, PartitionNotFound, Tier, TierPolicy
-from layers.clock import AsyncServerClock
+from layers.active.clock import AsyncServerClock
 from stats.commit import CommitBuffer
 from tests.conftest import delete_namespace
 

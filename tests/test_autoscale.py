@@ -16,8 +16,8 @@ from archiver.daemon.children import child_command
 from archiver.engine.local_cluster import LocalCluster
 from codec import ArchivedPartition
 from layers import ArchiveLayer, KeySchema
+from layers.control.pressure import Backlog
 from layers.keys import ARCHIVER_GROUP
-from layers.pressure import Backlog
 from stats import StatsChecker, StatsReader
 from tests.helpers import free_port, run_cli, start_archiver, stop_process, wait_for
 

@@ -12,7 +12,7 @@ from archiver.daemon.loop import drain
 from archiver.router import Source
 from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy
-from layers.queue import QueueEntry
+from layers.archive.queue import QueueEntry
 from stats import StatsChecker, StatsReader
 from stats.commit import CommitBuffer
 from tests.flavours import Flavour

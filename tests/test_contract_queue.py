@@ -8,8 +8,8 @@ import redis
 
 from codec.page import read_payloads
 from layers import ArchiveLayer, ArchiveQueue, KeySchema
-from layers.queue import QueueEntry
-from layers.replies import as_text
+from layers.archive.queue import QueueEntry
+from layers.plumbing.replies import as_text
 from stats.commit import Committer, Pending
 from tests.helpers import complete_partitions
 

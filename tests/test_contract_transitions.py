@@ -12,7 +12,7 @@ import redis
 from archiver.router import Source
 from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, Tier, TierPolicy, migrate_step
-from layers.transitions import sweep_expired, transition_state
+from layers.archive.transitions import sweep_expired, transition_state
 from tests.flavours import Flavour
 from tests.helpers import archive_now
 

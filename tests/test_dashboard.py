@@ -18,7 +18,7 @@ from archiver.daemon.loop import drain
 from archiver.web import create_app
 from codec import ArchivedPartition
 from layers import ActiveLayer, KeySchema
-from layers.archival import ArchivalSwitch
+from layers.control.switch import ArchivalSwitch
 from layers.keys import ARCHIVER_GROUP
 from tests.browser import CHROMIUM_ARGS, chromium_path, screenshot_path
 from tests.conftest import delete_namespace

@@ -21,7 +21,7 @@ from archiver.engine.local_sentinel import LocalSentinel
 from archiver.router import QueryRouter
 from codec import ValidationError
 from layers import ActiveLayer, ArchiveLayer, AsyncActiveLayer, KeySchema
-from layers.archival import ArchivalSwitch, share_bucket
+from layers.control.switch import ArchivalSwitch, share_bucket
 from stats import StatsChecker, StatsReader
 from tests.helpers import RouterWatch, cli_env, run_cli, scraped, start_archiver, stop_process, wait_for
 from tests.test_archival import _Workers

@@ -14,8 +14,8 @@ from archiver.router import QueryRouter, Source
 from archiver.status import collect_status
 from codec import ValidationError
 from layers import ArchiveLayer, KeySchema, Tier, migrate_step
-from layers.pressure import Backlog, BacklogPressure, PressureSettings, observe_backlog
-from layers.transitions import seal_unsealed_step
+from layers.archive.transitions import seal_unsealed_step
+from layers.control.pressure import Backlog, BacklogPressure, PressureSettings, observe_backlog
 from stats import StatsChecker, StatsReader
 from tests.helpers import RouterWatch, complete_partitions, scraped, wait_for
 

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from layers import ArchiveLayer, KeySchema
-from layers.liveness import Liveness
+from layers.control.liveness import Liveness
 from tests.conftest import delete_namespace
 from tests.helpers import complete_partitions, run_cli, start_archiver, stop_process, wait_for
 

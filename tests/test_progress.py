@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from archiver.config import Config
 from archiver.web import create_app
 from layers import ActiveLayer, KeySchema
-from layers.progress import MINUTES_KEPT, ProgressLog, job_progress
+from stats.progress import MINUTES_KEPT, ProgressLog, job_progress
 from tests.helpers import run_cli
 
 NOW = 1_750_000_000.0

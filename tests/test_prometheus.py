@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from archiver import Config
 from archiver.web import create_app
 from layers import ActiveLayer, KeySchema
-from layers.metrics import COMPLETE_BUCKETS, HAND_EVERY_S
+from layers.active.latencies import COMPLETE_BUCKETS, HAND_EVERY_S
 from tests.test_transitions import fill_simple_tier, records
 
 ROOT = Path(__file__).resolve().parent.parent

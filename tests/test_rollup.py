@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from codec import ArchivedPartition, ValidationError, WorkerMap
 from layers import KeySchema
-from layers.progress import MINUTES_KEPT
+from stats.progress import MINUTES_KEPT
 from stats.rollup import RollupBuilder, add_partitions, day_of, rollup_segments
 
 NUMBERS = WorkerMap({7: "w1", 1: "w:2", 12: "w3"})

@@ -13,8 +13,8 @@ from archiver import ArchiverDaemon, Config, QueryRouter, Source
 from archiver.daemon.loop import drain
 from codec import ValidationError
 from layers import ActiveLayer, KeySchema
-from layers.replies import as_text
-from layers.scripts import library
+from layers.plumbing.replies import as_text
+from layers.plumbing.scripts import library
 from tests.flavours import Flavour
 
 
@@ -92,7 +92,7 @@ def test_a_lookup_is_one_round_trip_before_any_batch_size_is_stored(
     monkeypatch.setattr(client, "execute_command", counted)
     for pid in (1, 2, 3):
         assert router.get(pid).source is Source.ACTIVE
-    assert sent == ["FCALL"] * 3  # the lookup, a function of the library (`layers.scripts`)
+    assert sent == ["FCALL"] * 3  # the lookup, a function of the library (`layers.plumbing.scripts`)
 
 
 def test_a_server_that_refuses_the_library_answers_lookups_from_the_script(

@@ -11,12 +11,22 @@ import redis
 from redis.exceptions import ResponseError
 
 from layers import KeySchema
-from layers.replies import as_text
-from layers.scripts import Scripts, assembled, includes, script_source
+from layers.plumbing.replies import as_text
+from layers.plumbing.scripts import LUA_ROOMS, Scripts, assembled, includes, lua_files, script_source
 
-LUA = resources.files("layers") / "lua"
-HELPERS = sorted(p.name for p in LUA.iterdir() if p.name.startswith("_") and p.name.endswith(".lua"))
-SCRIPTS = sorted(p.name.removesuffix(".lua") for p in LUA.iterdir() if p.name.endswith(".lua") and p.name[0] != "_")
+FILES = lua_files()
+HELPERS = sorted(name for name in FILES if name.startswith("_"))
+SCRIPTS = sorted(name.removesuffix(".lua") for name in FILES if name[0] != "_")
+
+
+def _text(file: str) -> str:
+    return (resources.files("layers") / FILES[file] / "lua" / file).read_text(encoding="utf-8")
+
+
+def test_every_lua_file_of_every_room_is_found_once() -> None:
+    on_disk = sorted(p.name for room in LUA_ROOMS for p in (resources.files("layers") / room / "lua").iterdir())
+    assert sorted(FILES) == on_disk and len(set(on_disk)) == len(on_disk)
+    assert FILES["commit.lua"] == "archive" and FILES["claim.lua"] == "active" and FILES["_checks.lua"] == "plumbing"
 _NOT_CODE = re.compile(r"--[^\n]*|'(?:\\.|[^'\\])*'|\"(?:\\.|[^\"\\])*\"")
 
 
@@ -28,14 +38,14 @@ def _uses(helper: str, text: str) -> bool:
     """Whether ``text`` names something the helper file defines and does not define it itself."""
     code = _code(text)
     own = {n.strip() for group in re.findall(r"local (?:function )?(\w+(?:, *\w+)*)", code) for n in group.split(",")}
-    defined = re.findall(r"^local (?:function )?(\w+)", (LUA / helper).read_text(encoding="utf-8"), re.MULTILINE)
+    defined = re.findall(r"^local (?:function )?(\w+)", _text(helper), re.MULTILINE)
     return any(re.search(rf"\b{name}\b", code) for name in defined if name not in own)
 
 
 @pytest.mark.parametrize("name", SCRIPTS + HELPERS)
 def test_a_script_includes_exactly_the_helpers_it_uses(name: str) -> None:
     file = name if name.endswith(".lua") else f"{name}.lua"
-    text = (LUA / file).read_text(encoding="utf-8")
+    text = _text(file)
     assert set(includes(text)) == {h for h in HELPERS if h != file and _uses(h, text)}
 
 
@@ -47,7 +57,7 @@ def test_a_script_is_sent_with_its_helpers_first_each_once() -> None:
     assert [f for f, _ in assembled("dead_letter").parts] == ["dead_letter.lua"]
     for name in SCRIPTS:
         source = script_source(name)
-        assert source.endswith((LUA / f"{name}.lua").read_text(encoding="utf-8").rstrip("\n") + "\n")
+        assert source.endswith(_text(f"{name}.lua").rstrip("\n") + "\n")
         assert "_record.lua" not in dict(assembled(name).parts) or name in {
             "fail", "release_held", "retry_failed", "upgrade"
         }
@@ -55,22 +65,23 @@ def test_a_script_is_sent_with_its_helpers_first_each_once() -> None:
 
 def test_every_line_sent_maps_back_to_its_file() -> None:
     sent = assembled("lookup")
-    own = (LUA / "lookup.lua").read_text(encoding="utf-8").splitlines()
+    own = _text("lookup.lua").splitlines()
     lines = sent.text.splitlines()
-    helper_lines = len((LUA / "_shelf.lua").read_text(encoding="utf-8").splitlines())
-    assert sent.where(1) == "layers/lua/_shelf.lua:1"
-    assert sent.where(helper_lines + 1) == "layers/lua/lookup.lua:1" and lines[helper_lines] == own[0]
-    assert sent.where(len(lines)) == f"layers/lua/lookup.lua:{len(own)}"
+    helper_lines = len(_text("_shelf.lua").splitlines())
+    assert sent.where(1) == "layers/archive/lua/_shelf.lua:1"
+    assert sent.where(helper_lines + 1) == "layers/archive/lua/lookup.lua:1" and lines[helper_lines] == own[0]
+    assert sent.where(len(lines)) == f"layers/archive/lua/lookup.lua:{len(own)}"
     error = ResponseError(f"ERR user_script:{helper_lines + 3}: oops script: abc, on @user_script:{helper_lines + 3}.")
-    assert str(sent.located(error)) == "ERR layers/lua/lookup.lua:3: oops script: abc, on @layers/lua/lookup.lua:3."
+    where = "layers/archive/lua/lookup.lua:3"
+    assert str(sent.located(error)) == f"ERR {where}: oops script: abc, on @{where}."
 
 
 def test_an_error_in_a_script_names_its_own_file_and_line(real_redis: redis.Redis, namespace: str) -> None:
     """A slot count that is not a number fails at shelf_put.lua's loop over the slots, which Redis
     reports at a line of the helper-prefixed text it was sent."""
-    own = (LUA / "shelf_put.lua").read_text(encoding="utf-8").splitlines()
+    own = _text("shelf_put.lua").splitlines()
     line = next(i for i, text in enumerate(own, 1) if text == "else") + 1  # no shelf yet: its slots made here
-    with pytest.raises(ResponseError, match=rf"layers/lua/shelf_put\.lua:{line}\b") as caught:
+    with pytest.raises(ResponseError, match=rf"layers/archive/lua/shelf_put\.lua:{line}\b") as caught:
         Scripts.of(real_redis)("shelf_put", [KeySchema(namespace).shelf(0)], ["not a number"])
     assert "user_script" not in str(caught.value)
 

@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from layers import Tier
-from layers.transitions import index_expiry_step
+from layers.archive.transitions import index_expiry_step
 from tests.test_tiers import archive_layer, parts, store
 
 

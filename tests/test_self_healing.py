@@ -15,8 +15,8 @@ from archiver.daemon.loop import drain
 from archiver.web import create_app
 from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy, WrongKeyType
+from layers.control.liveness import Liveness
 from layers.errors import CorruptMetadata
-from layers.liveness import Liveness
 from stats.commit import Committer, Pending
 from tests.flavours import Flavour
 from tests.helpers import complete_partitions, run_cli

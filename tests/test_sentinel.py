@@ -23,7 +23,7 @@ from archiver.daemon.loop import ArchiverDaemon, drain
 from archiver.engine.local_sentinel import LocalSentinel, free_ports
 from codec.errors import PartArchiveError, ValidationError
 from layers import ActiveLayer, ArchiveLayer, KeySchema
-from layers.liveness import Liveness
+from layers.control.liveness import Liveness
 from stats import StatsChecker, StatsReader
 from tests.conftest import DATA_PASSWORD, SENTINEL_PASSWORD, delete_namespace, sentinel_server
 from tests.helpers import (

@@ -16,9 +16,9 @@ from archiver.elk.export import Exporter
 from codec import ArchivedPartition, DecodeError, encode_blob
 from codec.shelf import SHELF_SLOTS, pack_shelf, shelf_slot, shelved, unpack_shelf
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy, WrongKeyType, migrate_step
-from layers.replies import as_text
-from layers.scripts import Scripts
-from layers.shelves import SlotWrite
+from layers.archive.shelves import SlotWrite
+from layers.plumbing.replies import as_text
+from layers.plumbing.scripts import Scripts
 from stats import StatsChecker
 from tests.conftest import delete_namespace
 from tests.flavours import Flavour
@@ -296,7 +296,7 @@ def test_the_lookup_script_answers_as_the_pipeline_does(
 def test_scripts_run_together_load_again_after_the_server_forgot_them(fake_redis: redis.Redis) -> None:
     """`Scripts.run_many` sends plain EVALSHA (no SCRIPT EXISTS round trip); after SCRIPT FLUSH
     (on fakeredis: never on a shared server) the calls it refused run again and load the script."""
-    from layers.scripts import Scripts
+    from layers.plumbing.scripts import Scripts
 
     scripts = Scripts.of(fake_redis)
     fake_redis.hset("h", mapping={"a": "1", "b": "2", "c": "3"})

@@ -1,4 +1,4 @@
-"""Calls riding out a slot move (`layers.slot_moves`): on real servers, half way through a move,
+"""Calls riding out a slot move (`layers.plumbing.slot_moves`): on real servers, half way through a move,
 where redis-py alone gives up; and with TRYAGAIN / ASK / CLUSTERDOWN replies injected."""
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from archiver.daemon import loop
 from archiver.engine import connect
 from archiver.engine.local_cluster import LocalCluster
 from codec.errors import PartArchiveError
-from layers import ActiveLayer, ArchiveQueue, Completion, KeySchema, slot_moves
+from layers import ActiveLayer, ArchiveQueue, Completion, KeySchema
 from layers.errors import SlotMoving
-from layers.scripts import Scripts
-from layers.slot_moves import ride_out, run_transaction
+from layers.plumbing import slot_moves
+from layers.plumbing.scripts import Scripts
+from layers.plumbing.slot_moves import ride_out, run_transaction
 from tests.conftest import cluster_server
 from tests.helpers import complete_partitions, refusals, retries, wait_for
 

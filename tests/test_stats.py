@@ -11,8 +11,8 @@ from archiver import ArchiverDaemon, Config
 from archiver.daemon.loop import drain
 from codec import ArchivedPartition
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy
-from layers.maintenance import MaintenanceLock
-from layers.shelves import SlotWrite
+from layers.archive.shelves import SlotWrite
+from layers.control.maintenance import MaintenanceLock
 from stats import StatsChecker, StatsReader
 from stats.commit import CommitBuffer
 from tests.conftest import Clock

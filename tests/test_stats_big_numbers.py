@@ -19,12 +19,12 @@ from archiver.output import json_bytes
 from codec import ArchivedPartition, DecodeError
 from layers import KeySchema
 from layers.keys import ARCHIVER_GROUP
-from layers.replies import as_text
+from layers.plumbing.replies import as_text
 from stats import StatsChecker, StatsReader
 from stats.compaction import StatsCompactor
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-DECIMAL = (resources.files("layers") / "lua" / "_decimal.lua").read_text(encoding="utf-8")
+DECIMAL = (resources.files("layers") / "plumbing" / "lua" / "_decimal.lua").read_text(encoding="utf-8")
 PROBE = DECIMAL + "\nreturn {decimal_add(ARGV[1], ARGV[2]), decimal_cmp(ARGV[1], ARGV[2])}"
 
 big = st.one_of(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import redis
 
 from layers import KeySchema, TierPolicy, WorkerRegistry
-from layers.replies import as_text
+from layers.plumbing.replies import as_text
 from stats import StatsChecker, StatsReader
 from tests.test_stats import accumulator, archive_known_parts, known_parts, queued
 

@@ -13,7 +13,7 @@ from archiver.daemon.loop import drain
 from codec import ArchivedPartition, ValidationError
 from codec.shelf import SHELF_SLOTS, pack_shelf, shelved, unpack_shelf
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, Tier, TierPolicy, migrate_step
-from layers.shelves import StoredBatch
+from layers.archive.shelves import StoredBatch
 from tests.conftest import delete_namespace
 from tests.flavours import Flavour
 from tests.helpers import archive_now, complete_partitions

@@ -13,8 +13,8 @@ from archiver import ArchiverDaemon, Config, QueryRouter, Source
 from archiver.daemon.loop import drain
 from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, Tier, TierPolicy, migrate_step
-from layers.maintenance import MaintenanceLock
-from layers.transitions import transition_state
+from layers.archive.transitions import transition_state
+from layers.control.maintenance import MaintenanceLock
 from stats import StatsChecker, StatsReader
 from tests.helpers import archive_now, complete_partitions, start_archiver, wait_for
 

@@ -13,7 +13,7 @@ import redis
 from archiver import ArchiverDaemon, Config
 from archiver.daemon.loop import drain
 from layers import Tier, migrate_step
-from layers.shelves import SlotWrite
+from layers.archive.shelves import SlotWrite
 from stats import StatsChecker
 from stats.index_check import IndexCheck
 from stats.lost import runs

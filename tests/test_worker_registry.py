@@ -9,7 +9,7 @@ import redis
 from bench.workload import standard_workload
 from codec import WorkerMap, decode_blob, encode_blob
 from layers import KeySchema
-from layers.workers import WorkerRegistry
+from layers.archive.workers import WorkerRegistry
 
 
 def test_numbers_are_stable_and_shared(any_redis: redis.Redis, namespace: str) -> None:

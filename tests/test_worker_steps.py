@@ -14,7 +14,7 @@ from redis.exceptions import ResponseError
 
 from codec import DecodeError
 from layers import KeySchema, WrongKeyType
-from layers.scripts import LIBRARY_SCRIPTS, Scripts, library
+from layers.plumbing.scripts import LIBRARY_SCRIPTS, Scripts, library
 from tests.conftest import Clock
 from tests.flavours import Flavour
 
@@ -115,7 +115,8 @@ def test_an_error_in_a_function_names_its_own_file_and_line() -> None:
     register = f"redis.register_function('{library().function('claim')}', function(KEYS, ARGV)"
     claim = source.text.splitlines().index(register)
     error = ResponseError(f"user_function:{claim + 3}: oops script: x, on @user_function:{claim + 3}.")
-    assert str(source.located(error)) == "layers/lua/claim.lua:2: oops script: x, on @layers/lua/claim.lua:2."
+    where = "layers/active/lua/claim.lua:2"
+    assert str(source.located(error)) == f"{where}: oops script: x, on @{where}."
     assert set(library().functions) == set(LIBRARY_SCRIPTS)
 
 

@@ -1,6 +1,6 @@
 """``partarchive archival pause|resume|status|rollout PERCENT|report [--json]``: stop archiving
 new completions and start again (the progressive rollback), archive a share of them (the gray
-release) and compare the two cohorts (`layers.archival`, `archiver.gray_report`)."""
+release) and compare the two cohorts (`layers.control.switch`, `archiver.gray_report`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from archiver.engine import client_for
 from archiver.gray_report import CohortReport, build_report
 from archiver.namespace import Namespace
 from archiver.output import print_json
-from layers.archival import ArchivalState
+from layers.control.switch import ArchivalState
 
 
 def command(args: argparse.Namespace, config: Config) -> int:

@@ -8,7 +8,7 @@ import time
 from archiver.cli.target import open_namespace
 from archiver.config import Config
 from archiver.output import print_json
-from layers.liveness import ArchiverHealth
+from layers.control.liveness import ArchiverHealth
 
 
 def command(args: argparse.Namespace, config: Config) -> int:

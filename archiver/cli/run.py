@@ -98,7 +98,7 @@ def _supervise(args: argparse.Namespace, config: Config, processes: int, auto: b
     from archiver.daemon.autoscale import Autoscaler, ScalePolicy
     from archiver.daemon.children import can_fork, forker, spawner
     from archiver.daemon.supervisor import Supervisor
-    from layers.pressure import observe_backlog
+    from layers.control.pressure import observe_backlog
 
     if args.consumer:
         raise CliError("--consumer names one process: with --processes each child names itself")

@@ -15,7 +15,7 @@ from archiver.cli.target import open_namespace
 from archiver.config import Config
 from archiver.output import print_json
 from codec import PartArchiveError, ValidationError
-from layers.maintenance import MaintenanceLock
+from layers.control.maintenance import MaintenanceLock
 from stats import StatsChecker, StatsReader
 from stats.lost import runs
 

@@ -14,7 +14,7 @@ from archiver.config import Config
 from archiver.engine.topology import describe_node
 from archiver.output import print_json
 from archiver.status import collect_status
-from layers.progress import WINDOWS
+from stats.progress import WINDOWS
 
 
 def command(args: argparse.Namespace, config: Config) -> int:

@@ -1,7 +1,7 @@
 """``run --processes auto``: as many archiver processes as the backlog needs, one step at a time.
 
 The supervisor asks `Autoscaler.decide` every ``scale_interval_s`` (5 s), with the archive
-queues' state (`layers.pressure.observe_backlog`: entries not archived, age of the oldest):
+queues' state (`layers.control.pressure.observe_backlog`: entries not archived, age of the oldest):
 
 - one process more, up to ``max_processes`` (the CPU cores by default), while the backlog keeps
   growing (it grew at each of the last three checks) or its oldest entry is older than
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from codec.errors import ValidationError
-from layers.pressure import Backlog
+from layers.control.pressure import Backlog
 
 GROWTH_CHECKS = 3
 SETTLE_CHECKS = 2

@@ -1,12 +1,12 @@
 """The archiver's answers to a backlog, checked once per maintenance interval.
 
 Every archiver reads the two stored switches: whether compression is skipped (a critical
-backlog, `layers.pressure`: its pages then go to the simple hash) and whether archival is paused
-(`layers.archival`: it then imports nothing from elk_coordinator either). The one holding the
+backlog, `layers.control.pressure`: its pages then go to the simple hash) and whether archival is paused
+(`layers.control.switch`: it then imports nothing from elk_coordinator either). The one holding the
 maintenance lock also decides the first from the queue's state, queues what a pause or the gray
 release's share held once the switch lets it through (should a resume or a rollout have been
 interrupted), and samples the job's progress
-(`layers.progress`). Each change of mode is one log line with its reason.
+(`stats.progress`). Each change of mode is one log line with its reason.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import time
 import structlog
 
 from archiver.namespace import Namespace
-from layers.archival import parse_state
-from layers.pressure import SKIP, observe_backlog
-from layers.progress import SAMPLE_EVERY_S
-from layers.replies import as_text
+from layers.control.pressure import SKIP, observe_backlog
+from layers.control.switch import parse_state
+from layers.plumbing.replies import as_text
+from stats.progress import SAMPLE_EVERY_S
 
 log = structlog.get_logger("partarchive.archiver")
 

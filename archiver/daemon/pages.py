@@ -9,7 +9,7 @@ makes a commit due, and is written at once otherwise, so a partition waiting for
 still found in the archive.
 
 On one server the commit that a page makes due goes out with the next page, on a connection of
-its own (`layers.readahead`), and its reply is read once that page is handled: Redis runs the
+its own (`archiver.daemon.readahead`), and its reply is read once that page is handled: Redis runs the
 commit while this process decodes and encodes the next page and builds the commit after it. It
 goes out once that page's reads are in (in a batch tier, after its staging and slots are read,
 `ArchiveLayer.stage_page`), since Redis answers a read sent after the commit only once the commit
@@ -29,11 +29,11 @@ import redis
 import structlog
 
 from archiver.daemon.backlog import BacklogGuard
+from archiver.daemon.readahead import ReadAhead
 from archiver.metrics import STATS_FLUSHES
 from archiver.namespace import Namespace
 from codec.page import Columns, read_payloads
 from layers import QueueEntry, StaleWorkerNumbers, Tier
-from layers.readahead import ReadAhead
 from stats.commit import Call, CommitResult, Detail, Pending
 
 log = structlog.get_logger("partarchive.archiver")

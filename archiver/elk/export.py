@@ -18,8 +18,8 @@ import redis
 from codec import ArchivedPartition, DecodeError
 from codec.elk import ElkRecord, archived_as_elk, as_archived, parse_archived
 from layers import ArchiveLayer
-from layers.meta import stored_int
-from layers.replies import as_text
+from layers.plumbing.meta import stored_int
+from layers.plumbing.replies import as_text
 
 FORMATS = ("elk", "native")
 _SCAN = 1000

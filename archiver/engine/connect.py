@@ -20,8 +20,8 @@ from redis.utils import HIREDIS_AVAILABLE
 
 from archiver.config import DEFAULT_REDIS_URL, Config
 from codec.errors import PartArchiveError
-from layers.slot_moves import follow_ask_to_new_masters
-from layers.steps import AsyncClient
+from layers.plumbing.slot_moves import follow_ask_to_new_masters
+from layers.plumbing.steps import AsyncClient
 
 
 class EngineError(PartArchiveError):

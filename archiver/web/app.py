@@ -37,8 +37,8 @@ from archiver.web.lookup import LoopRouters, PartitionLookupPath, ShortPath, ans
 from archiver.web.overview import NamespaceList, collect_overview
 from codec import PartArchiveError
 from layers import MAX_PARTITION_ID, WrongKeyType
-from layers.meta import wrong_type_error_steps
-from layers.steps import AsyncClient, AsyncIO
+from layers.plumbing.meta import wrong_type_error_steps
+from layers.plumbing.steps import AsyncClient, AsyncIO
 
 MAX_API_ID = 2**53
 STATIC = FilePath(__file__).parent / "static"

@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from codec import PartArchiveError, ValidationError
 from layers import WrongKeyType
-from layers.meta import is_wrong_type
+from layers.plumbing.meta import is_wrong_type
 
 log = structlog.get_logger("partarchive.api")
 

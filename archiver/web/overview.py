@@ -16,7 +16,7 @@ from typing import Any
 from archiver.namespace import Namespace
 from archiver.status import collect_status
 from layers.keys import KeySchema
-from layers.replies import as_text
+from layers.plumbing.replies import as_text
 from stats.rollup import day_of
 
 SERIES_HOURS = 48

@@ -1,0 +1,455 @@
+"""The worker SDK's operations over the active hash (`KeySchema.active`), as steps (`layers.plumbing.steps`).
+
+`layers.active.sdk.ActiveLayer` runs them blocking, `layers.active.sdk_async.AsyncActiveLayer` awaits
+them on a `redis.asyncio` client: both check the same arguments, send the same scripts and
+commands, read the replies alike and raise the same typed errors.
+
+Every state change is one Lua script, so the record, the pending/lease/failed indexes
+and the per-status counts change together. Each change bumps ``version``; callers may
+pass ``expected_version`` to make an update conditional (optimistic concurrency).
+
+Records are written in the namespace's record format: ``native`` (integer times, a claim
+time) or ``elk`` (elk_coordinator's PartitionInfo, so Go workers can read them). Every script
+reads both, so a namespace bound to a Go deployment (`KeySchema.elk_prefix`) shares its active
+hash with Go workers: each side can claim, heartbeat, fail, retry and complete partitions the
+other created. Go workers do not keep our pending/lease/failed indexes, so in a bound
+namespace a claim first rebuilds them from the hash (`sync`, at most once a second).
+
+The worker's four steps (claim, start, heartbeat, complete) cost Redis about what the original
+scheme's HSETs cost: their scripts splice the members they change into the record as it is
+stored (`layers/active/lua/_layout.lua`) instead of parsing it. A record in another layout (one
+written by an earlier release) makes a step answer ``upgrade``: `_upgrade` rewrites it in the
+layout of its format, saying nothing new, and the step runs again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import redis
+
+from codec import ACTIVE_STATUSES, ArchivedPartition, DecodeError, PartitionInfo, ValidationError
+from codec.elk import decode_elk, parse_active
+from codec.gojson import GoTime, go_json, go_string
+from codec.validate import (
+    MAX_ERROR_BYTES,
+    MAX_INT64,
+    MAX_PARTITION_ID,
+    MIN_INT64,
+    check_int,
+    check_seconds,
+    check_text,
+    check_worker_id,
+)
+from layers.active.latencies import LatencyBuffer, latency_argument, sdk_complete_seconds
+from layers.active.reads import ActiveReads, check_partition_id, typed
+from layers.errors import (
+    InvalidTransition,
+    NotOwner,
+    OutOfMemory,
+    PartitionNotFound,
+    VersionConflict,
+)
+from layers.keys import KeySchema
+from layers.plumbing.replies import as_text, script_error
+from layers.plumbing.steps import Batch, Call, Script, Steps, one
+
+MAX_PARTITIONS_PER_CALL = 1_000_000
+RECORD_FORMATS = ("native", "elk")
+_SYNC_EVERY_S = 1.0
+#: How often at most a claim looks for stale leases (`ActiveCore._claim`).
+STALE_LOOK_S = 1.0
+
+#: Unix seconds, as a float: a plain function, or a coroutine function for the asyncio SDK.
+Clock = Callable[[], float] | Callable[[], Awaitable[float]]
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """The outcome of `ActiveLayer.complete`."""
+
+    partition_id: int
+    already_completed: bool
+    archived: ArchivedPartition | None = None
+    entry_id: str | None = None
+    held: bool = False  # paused or outside the share (`layers.control.switch`): kept in the active hash, queued later
+
+
+class ActiveCore(ActiveReads):
+    """The state and the steps of the worker SDK (no client: the flavours bring the I/O)."""
+
+    def __init__(self, keys: KeySchema, clock: Clock, *, lease_timeout: float, record_format: str | None) -> None:
+        self.keys = keys
+        if record_format is None:
+            record_format = "native" if self.keys.elk_prefix is None else "elk"
+        if record_format not in RECORD_FORMATS:
+            raise ValidationError(f"record_format must be native or elk, got {record_format!r}")
+        self.record_format = record_format
+        self.lease_timeout = check_seconds("lease_timeout", lease_timeout)
+        self._clock = clock  # leases compare times of several hosts: the server's clock by default
+        self._next_sync = 0.0
+        self._stale_ms = int(self.lease_timeout * 1000)
+        self._stale_look_ms = int(min(STALE_LOOK_S, self.lease_timeout / 10) * 1000)
+        self._next_stale_look = 0  # unix ms: the first claim looks
+        # Go's times are sent only where Go's records can be; a step that meets one asks for them
+        self._elk_times = record_format == "elk" or keys.elk_prefix is not None
+        self._elk_second: int | None = None  # the second `_elk_prefix` writes
+        self._elk_prefix = ""
+        self._unreadable: set[str] = set()  # pids of records upgrade.lua found corrupt: claim passes them over
+        self._workers: dict[str, str] = {}  # worker ids checked, as the JSON text the scripts compare
+        k = self.keys  # each step's keys, named once (a key name is built at each ask)
+        self._step_keys = {
+            "claim": [k.active, k.pending, k.leases, *k.go_stats],
+            "start": [k.active, k.leases, *k.go_stats],
+            "heartbeat": [k.active],
+            "complete": [*k.complete_keys, *k.go_stats],
+            "complete_running": k.complete_keys[:5],  # archived, no latencies handed, not bound
+            "complete_holding": k.complete_keys[:6],  # the same where completions may be held
+        }
+        self.skipped_records = 0
+        self._latencies = LatencyBuffer()  # handed to Redis with a later completion: archived ones
+        self._held_latencies = LatencyBuffer()  # and held ones (the gray release's other cohort)
+        # a completion was held: later ones send what holding needs at once rather than on a retry
+        self._holding = keys.elk_prefix is not None  # a bound namespace sends every key (Go's stats last)
+        self._complete_seconds: Any = None
+
+    def _now(self) -> Steps[float]:
+        return float((yield Call(self._clock)))
+
+    def _clock_args(self) -> Steps[tuple[int, int, str]]:
+        """Now as unix ms, unix seconds, and RFC 3339 JSON text (UTC, to the microsecond; the
+        date and time of a second are formatted once)."""
+        now = yield from self._now()
+        seconds = int(now)
+        if not self._elk_times:
+            return int(now * 1000), seconds, ""
+        if seconds != self._elk_second:
+            self._elk_second, self._elk_prefix = seconds, '"' + GoTime(seconds, 0).format()[:-1]
+        micros = int((now - seconds) * 1e6)
+        fraction = f".{micros:06d}".rstrip("0") if micros else ""
+        return int(now * 1000), seconds, f'{self._elk_prefix}{fraction}Z"'
+
+    def _run(self, script: str, keys: list[str], args: list[Any]) -> Steps[Any]:
+        """Run a script of this layer; its typed error replies become exceptions here."""
+        try:
+            reply = yield Script(script, keys, args)
+        except redis.exceptions.OutOfMemoryError:  # refused at the script's first write: nothing written
+            raise OutOfMemory(f"redis is at maxmemory and refuses writes; nothing was changed ({script})") from None
+        refused = script_error(reply)
+        if refused is not None and refused.code == "corrupt":
+            raise DecodeError(f"the stored record of partition {refused.detail or '?'} is corrupt")
+        return reply
+
+    # leader side
+
+    def _create_partitions(
+        self, first_id: int, last_id: int, size: int, options: dict[str, Any] | None = None
+    ) -> Steps[range]:
+        """Split ``first_id..last_id`` (signed 64-bit) into partitions of ``size`` IDs; returns their pids.
+
+        One script per call, all or nothing: it checks the id range and every new field before
+        it writes, and two leaders creating at once each get one contiguous run of pids.
+        """
+        check_int("first_id", first_id, MIN_INT64, MAX_INT64)
+        check_int("last_id", last_id, MIN_INT64, MAX_INT64)
+        check_int("size", size, 1, MAX_INT64 - MIN_INT64 + 1)
+        if last_id < first_id:
+            raise ValidationError(f"inverted range: first_id {first_id} > last_id {last_id}")
+        count = (last_id - first_id) // size + 1
+        if count > MAX_PARTITIONS_PER_CALL:
+            raise ValidationError(
+                f"{count} partitions in one call; the limit is {MAX_PARTITIONS_PER_CALL:,} "
+                "(each call is one atomic step)"
+            )
+        options_json = self._options_json(options)
+        _, now_s, now_elk = yield from self._clock_args()
+        now = now_elk if self.record_format == "elk" else str(now_s)
+        bounds = ",".join(f"{lo},{min(last_id, lo + size - 1)}" for lo in range(first_id, last_id + 1, size))
+        k = self.keys
+        got = yield from self._run(
+            "create",
+            [k.active, k.pending, k.meta, *k.go_stats],
+            [self.record_format, now, options_json, MAX_PARTITION_ID, bounds],
+        )
+        refused = script_error(got)
+        if refused is not None:
+            if refused.code == "pid_range":
+                raise ValidationError(f"partition ids would reach {refused.detail}, past 2^32 - 1")
+            raise ValidationError(f"partition {refused.detail} already exists; is the id counter behind?")
+        return range(int(got[1]), int(got[2]) + 1)
+
+    def _options_json(self, options: dict[str, Any] | None) -> str:
+        if options is None or options == {}:
+            return ""
+        if not isinstance(options, dict):
+            raise ValidationError("options must be a dict")
+        try:
+            text = go_json(options) if self.record_format == "elk" else orjson.dumps(options).decode()
+        except (TypeError, ValidationError) as exc:
+            raise ValidationError(f"options are not JSON-serialisable: {exc}") from None
+        if len(text) > 16384:
+            raise ValidationError("options are larger than 16 KiB")
+        return text
+
+    # worker side
+
+    def _claim(self, worker_id: str) -> Steps[PartitionInfo | None]:
+        """Take the lowest pending partition, or one whose holder stopped heartbeating.
+
+        Stale leases are looked for on the first claim and then at most every `STALE_LOOK_S`
+        (a tenth of the lease timeout when that is shorter), and whenever nothing is pending: a
+        dead worker's partition is taken over within the lease timeout and that much, as a
+        queue's stalled-job check runs every so often rather than on every fetch.
+        """
+        worker = _worker_json(self, worker_id)
+        k = self.keys
+        if k.elk_prefix is not None and (yield from self._now()) >= self._next_sync:
+            yield from self._sync()
+        keys = self._step_keys["claim"]
+        upgraded: set[str] = set()
+        while True:
+            now_ms, now_s, now_elk = yield from self._clock_args()
+            look = now_ms >= self._next_stale_look
+            cutoff = now_ms - self._stale_ms
+            skip = f",{','.join(sorted(self._unreadable))}," if self._unreadable else ""
+            args = [worker, now_ms, now_s, *((cutoff, -cutoff) if look else ("", "")), *_trailing(now_elk, skip)]
+            got = yield from self._run("claim", keys, args)
+            if look:
+                self._next_stale_look = now_ms + self._stale_look_ms
+            if not isinstance(got, list):
+                return parse_active(got)
+            head = as_text(got[0])
+            if head == "none":
+                if look:
+                    return None
+                self._next_stale_look = 0  # nothing pending: the leases are looked at before saying so
+            elif head == "elk_time":
+                self._elk_times = True
+            else:  # 'upgrade': a record of an earlier release met first
+                pid = as_text(got[1])
+                if pid in upgraded:  # rewritten, and still in no layout: passed over from now on
+                    self._unreadable.add(pid)
+                else:
+                    self._unreadable.update((yield from self._upgrade([pid])))
+                    upgraded.add(pid)
+
+    def _upgrade(self, pids: list[str]) -> Steps[list[str]]:
+        """Rewrite records in the layout of their format (`layers/active/lua/upgrade.lua`); returns the
+        pids whose records cannot be read."""
+        got = yield from self._run("upgrade", [self.keys.active, self.keys.leases], pids)
+        return [as_text(pid) for pid in got]
+
+    def _step(self, script: str, keys: list[str], args: list[Any], pid: int, op: str) -> Steps[Any]:
+        """Run a step on one partition's record, upgrading the record once if the script asks to.
+        Returns the script's result: the record (or entry) as text, or a list for the others; None
+        when the step is to be sent again with Go's times (`_elk_times`)."""
+        got = yield from self._run(script, keys, args)
+        if isinstance(got, list) and as_text(got[0]) == "upgrade":
+            if (yield from self._upgrade([str(pid)])):
+                raise DecodeError(f"the stored record of partition {pid} is corrupt")
+            got = yield from self._run(script, keys, args)
+            if isinstance(got, list) and as_text(got[0]) == "upgrade":
+                raise DecodeError(f"the stored record of partition {pid} is in no layout partarchive writes")
+        if isinstance(got, list) and as_text(got[0]) == "elk_time":
+            self._elk_times = True  # a Go record where none was expected: the caller runs the step again
+            return None
+        _raise_for(got, pid, op)
+        return got
+
+    @typed
+    def _sync(self) -> Steps[dict[str, int]]:
+        """Rebuild the pending/lease/failed indexes from the active hash.
+
+        Needed where other writers (elk_coordinator's Go workers) change the hash without
+        them. Records are read with HSCAN; an index entry added for a record that moved on in
+        the meantime is dropped by the next script that meets it. Returns the counts.
+        """
+        k = self.keys
+        pending: dict[str, int] = {}
+        failed: dict[str, int] = {}
+        leases: dict[str, int] = {}
+        counts: Counter[str] = Counter()
+        cursor = 0
+        while True:
+            cursor, page = yield one().hscan(k.active, cursor, count=1000)
+            for field, raw in page.items():
+                try:
+                    part = parse_active(raw)
+                except (DecodeError, ValidationError):
+                    continue
+                pid = as_text(field)
+                counts[part.status.value] += 1
+                if part.status.value == "pending":
+                    pending[pid] = part.partition_id
+                elif part.status.value == "failed":
+                    failed[pid] = part.partition_id
+                elif part.status.value == "claimed":
+                    leases[pid] = _heartbeat_ms(raw, part)
+                else:
+                    leases[pid] = -_heartbeat_ms(raw, part)
+            if not int(cursor):
+                break
+        batch = Batch(transaction=True)
+        batch.delete(k.pending, k.failed, k.leases)
+        for zset, members in ((k.pending, pending), (k.failed, failed), (k.leases, leases)):
+            if members:
+                batch.zadd(zset, members)  # type: ignore[arg-type,misc]
+        yield batch
+        self._next_sync = (yield from self._now()) + _SYNC_EVERY_S
+        return {s.value: counts.get(s.value, 0) for s in ACTIVE_STATUSES}
+
+    def _start(self, pid: int, worker_id: str, *, expected_version: int | None = None) -> Steps[PartitionInfo]:
+        check_partition_id(pid)
+        worker, expected = _worker_json(self, worker_id), _version_arg(expected_version)
+        while True:
+            now_ms, now_s, now_elk = yield from self._clock_args()
+            args = [pid, worker, now_s, -now_ms, *_trailing(now_elk, expected)]
+            got = yield from self._step("start", self._step_keys["start"], args, pid, "start")
+            if got is not None:
+                return parse_active(got)
+
+    def _heartbeat(self, pid: int, worker_id: str, *, expected_version: int | None = None) -> Steps[PartitionInfo]:
+        check_partition_id(pid)
+        worker, expected = _worker_json(self, worker_id), _version_arg(expected_version)
+        while True:
+            _, now_s, now_elk = yield from self._clock_args()
+            args = [pid, worker, now_s, *_trailing(now_elk, expected)]
+            got = yield from self._step("heartbeat", self._step_keys["heartbeat"], args, pid, "heartbeat")
+            if got is not None:
+                return parse_active(got)
+
+    def _fail(
+        self, pid: int, worker_id: str, error: str, *, expected_version: int | None = None
+    ) -> Steps[PartitionInfo]:
+        check_partition_id(pid)
+        check_worker_id(worker_id)
+        check_text("error", error, MAX_ERROR_BYTES, allow_empty=True, multiline=True)
+        k = self.keys
+        _, now_s, now_elk = yield from self._clock_args()
+        got = yield from self._run(
+            "fail",
+            [k.active, k.leases, k.failed, *k.go_stats],
+            [pid, worker_id, _version_arg(expected_version), now_s, now_elk, go_string(error)],
+        )
+        _raise_for(got, pid, "fail")
+        return parse_active(got[1])
+
+    def _complete(self, pid: int, worker_id: str, *, expected_version: int | None = None) -> Steps[Completion]:
+        """Remove the partition from the active layer and queue it for the archiver, atomically."""
+        check_partition_id(pid)
+        k = self.keys
+        worker, expected = _worker_json(self, worker_id), _version_arg(expected_version)
+        latencies, held_latencies = self._latencies.take_due(), self._held_latencies.take_due()
+        handed, held_handed = latency_argument(latencies), latency_argument(held_latencies)
+        started = time.perf_counter()
+        try:
+            while True:
+                now_ms, now_s, now_elk = yield from self._clock_args()
+                holding = self._holding
+                keys = self._step_keys["complete_holding" if holding else "complete_running"]
+                if handed or held_handed or k.elk_prefix is not None:
+                    keys = self._step_keys["complete"]
+                args = [
+                    pid,
+                    worker,
+                    now_s,
+                    *_trailing(now_elk, expected, now_ms if holding else "", handed, held_handed),
+                ]
+                got = yield from self._step("complete", keys, args, pid, "complete")
+                if isinstance(got, list) and as_text(got[0]) == "paused" and not holding:
+                    self._holding = True  # sent again with what a completion held needs
+                elif got is not None:
+                    break
+        except BaseException:
+            self._latencies.give_back(latencies)
+            self._held_latencies.give_back(held_latencies)
+            raise
+        elapsed = time.perf_counter() - started
+        if self._complete_seconds is None:  # created on the first completion: importing registers nothing
+            self._complete_seconds = sdk_complete_seconds().labels(namespace=k.namespace)
+        self._complete_seconds.observe(elapsed)
+        held = isinstance(got, list) and as_text(got[0]) == "held"
+        (self._held_latencies if held else self._latencies).observe(elapsed)
+        if not isinstance(got, list):  # '<entry id> <queue entry>'
+            text = got.decode() if isinstance(got, bytes) else got
+            entry_id, _, payload = text.partition(" ")
+            native = '"completed_at"' in payload
+            archived = ArchivedPartition.from_json(payload) if native else decode_elk(payload).to_archived()
+            return Completion(pid, False, archived, entry_id)
+        if held:  # paused or outside the share: kept in the active hash, status completed
+            return Completion(pid, False, held=True)
+        self._latencies.give_back(latencies)  # the script adds them only when it completes
+        self._held_latencies.give_back(held_latencies)
+        return Completion(pid, already_completed=True)
+
+    def _retry_failed(self, limit: int | None = None) -> Steps[int]:
+        """Move failed partitions back to pending; returns how many moved."""
+        if limit is not None:
+            check_int("limit", limit, 1, 2**31)
+        k = self.keys
+        if k.elk_prefix is not None:
+            yield from self._sync()
+        moved = 0
+        while limit is None or moved < limit:
+            step = 1000 if limit is None else min(1000, limit - moved)
+            _, now_s, now_elk = yield from self._clock_args()
+            keys = [k.active, k.failed, k.pending, *k.go_stats]
+            got = yield from self._run("retry_failed", keys, [now_s, now_elk, step])
+            n, looked = int(got[0]), int(got[1])
+            moved += n
+            if looked < step or n == 0:
+                break
+        return moved
+
+
+def _heartbeat_ms(raw: bytes, part: PartitionInfo) -> int:
+    """A leased record's last heartbeat in unix ms (Go records keep sub-second precision)."""
+    if b'"claimed_at"' in raw:
+        return part.last_heartbeat * 1000
+    return decode_elk(raw).last_heartbeat.unix_ms
+
+
+def _worker_json(self: ActiveCore, worker_id: str) -> str:
+    """``worker_id`` checked, as JSON text (Go's escaping); a worker's own id is checked once."""
+    found = self._workers.get(worker_id) if type(worker_id) is str else None
+    if found is None:
+        found = go_string(check_worker_id(worker_id))
+        if len(self._workers) >= 1024:
+            self._workers.clear()
+        self._workers[worker_id] = found
+    return found
+
+
+def _trailing(*values: Any) -> list[Any]:
+    """Optional trailing script arguments: up to the last one given ('' is not given)."""
+    given = list(values)
+    while given and given[-1] == "":
+        given.pop()
+    return given
+
+
+def _version_arg(expected: int | None) -> str:
+    if expected is None:
+        return ""
+    return str(check_int("expected_version", expected, 0, 2**53))
+
+
+def _raise_for(reply: list[Any], pid: int, op: str) -> None:
+    refused = script_error(reply)
+    if refused is None:
+        return
+    code, detail = refused
+    if code == "corrupt":
+        raise DecodeError(f"the stored record of partition {pid} is corrupt")
+    if code == "not_found":
+        raise PartitionNotFound(f"partition {pid} is not active")
+    if code == "not_owner":
+        raise NotOwner(f"partition {pid} is held by another worker")
+    if code == "version":
+        raise VersionConflict(f"partition {pid} is at version {detail}")
+    raise InvalidTransition(f"cannot {op} partition {pid}: it is {detail}")

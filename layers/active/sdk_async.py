@@ -1,0 +1,63 @@
+"""The worker SDK for asyncio programs: `AsyncActiveLayer` awaits the operations of
+`layers.active.core` on a `redis.asyncio` client (``redis.asyncio.Redis``, a Sentinel's
+``master_for``, or ``redis.asyncio.RedisCluster``). Same methods, arguments, results and typed
+errors as `layers.active.sdk.ActiveLayer`, each a coroutine; `iter_active` is an async iterator."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from codec import PartitionInfo
+from layers.active.clock import AsyncServerClock
+from layers.active.core import ActiveCore, Clock
+from layers.keys import KeySchema
+from layers.plumbing.steps import AsyncClient, AsyncIO, awaiting
+
+
+class AsyncActiveLayer(ActiveCore):
+    """Worker SDK on asyncio: ``part = await sdk.claim("worker1")``. One instance may serve any
+    number of tasks of its event loop. ``clock`` may be a plain function or a coroutine function
+    (the default is the server's clock, `layers.active.clock.AsyncServerClock`)."""
+
+    def __init__(
+        self,
+        redis_client: AsyncClient,
+        namespace: str | KeySchema = "elk",
+        *,
+        cluster: bool = False,
+        lease_timeout: float = 300.0,
+        clock: Clock | None = None,
+        elk_prefix: str | None = None,
+        record_format: str | None = None,
+    ) -> None:
+        self.redis = redis_client
+        self._io = AsyncIO(redis_client)
+        keys = KeySchema.of(namespace, cluster, elk_prefix, client=redis_client)
+        clock = clock or AsyncServerClock(redis_client)
+        super().__init__(keys, clock, lease_timeout=lease_timeout, record_format=record_format)
+
+    create_partitions = awaiting(ActiveCore._create_partitions)
+    claim = awaiting(ActiveCore._claim)
+    sync = awaiting(ActiveCore._sync)
+    start = awaiting(ActiveCore._start)
+    heartbeat = awaiting(ActiveCore._heartbeat)
+    fail = awaiting(ActiveCore._fail)
+    complete = awaiting(ActiveCore._complete)
+    retry_failed = awaiting(ActiveCore._retry_failed)
+    get = awaiting(ActiveCore._get)
+    all_active = awaiting(ActiveCore._all_active)
+    get_all_active = all_active
+    page = awaiting(ActiveCore._page)
+    counts = awaiting(ActiveCore._counts)
+    size = awaiting(ActiveCore._size)
+    is_completed = awaiting(ActiveCore._is_completed)
+
+    async def iter_active(self, batch: int = 1000) -> AsyncIterator[PartitionInfo]:
+        """Every active partition, in no particular order, without loading them all at once."""
+        cursor = 0
+        while True:
+            cursor, parts = await self._io.run(self._active_scan(cursor, batch))
+            for part in parts:
+                yield part
+            if not cursor:
+                return

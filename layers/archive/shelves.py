@@ -1,0 +1,172 @@
+"""Where sealed batches are stored: shelves of `SHELF_SLOTS` batches (format in `codec.shelf`).
+
+Batch ``b`` is slot ``b % 64`` of shelf ``b // 64``. Versions before shelves kept one key per
+batch (`KeySchema.batch`); those keys are still read, a seal moves its batch into the shelf and
+deletes the old key, and `layers.archive.transitions.shelve_step` moves the rest. Every read here
+therefore returns both, and a batch's records are the union of the two (the shelf wins).
+
+A slot is written by `shelf_put.lua` only if it still holds what the writer read, so concurrent
+sealers and the expiry sweep never overwrite each other's work: the one refused reads again.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from codec import DecodeError
+from codec.shelf import SHELF_SLOTS, shelf_slot, shelved, unshelved
+from layers.archive.dead_letters import DeadLetters
+from layers.keys import KeySchema
+from layers.plumbing.replies import script_error
+from layers.plumbing.scripts import Scripts
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBatch:
+    """What Redis holds for one sealed batch."""
+
+    batch_no: int
+    slot: bytes | None  # the blob in the batch's shelf slot
+    legacy: bytes | None = None  # the batch's own key (written before shelves)
+    damaged: str = ""  # why the shelf could not be read ('' if it could)
+
+    @property
+    def blob(self) -> bytes | None:
+        """The blob a reader decodes first (the shelf's, else the old key's)."""
+        return self.slot if self.slot is not None else self.legacy
+
+    @property
+    def blobs(self) -> list[bytes]:
+        """Every blob held for the batch, the shelf's first."""
+        return [b for b in (self.slot, self.legacy) if b is not None]
+
+
+@dataclass(frozen=True, slots=True)
+class SlotWrite:
+    batch_no: int
+    held: bytes | None  # the slot as read (None: empty); the write is refused if it changed since
+    blob: bytes  # b'' empties the slot
+    legacy: bytes | None = None  # the batch's own key as read (deleted once written, if unchanged)
+
+
+def shelf_of(batch_no: int) -> tuple[int, int]:
+    """(shelf number, slot) of a batch."""
+    return divmod(batch_no, SHELF_SLOTS)
+
+
+def add_shelf_reads(
+    pipe: Any, keys: KeySchema, numbers: Iterable[int], quarantine: Callable[[int, Any, str], None] | None = None
+) -> Callable[[Sequence[Any]], dict[int, StoredBatch]]:
+    """Queue the reads of these batches on ``pipe`` (a pipeline, or a `layers.plumbing.steps.Batch`; a
+    shelf is read once however many of its batches are asked for); the function returned turns
+    the replies to them, in order, into the stored batches. A shelf whose slot table is damaged
+    reads as empty, with the reason in `StoredBatch.damaged`, and is handed to ``quarantine``."""
+    wanted = sorted(set(numbers))
+    shelves = sorted({b // SHELF_SLOTS for b in wanted})
+    for s in shelves:
+        pipe.get(keys.shelf(s))
+    for b in wanted:
+        pipe.get(keys.batch(b))
+
+    def parse(replies: Sequence[Any]) -> dict[int, StoredBatch]:
+        raw = dict(zip(shelves, replies, strict=False))
+        damaged: dict[int, str] = {}
+        out = {}
+        for b, legacy in zip(wanted, replies[len(shelves) : len(shelves) + len(wanted)], strict=True):
+            s, slot = shelf_of(b)
+            blob = None
+            if s not in damaged:
+                try:
+                    blob = unshelved(shelf_slot(raw[s], slot))
+                except DecodeError as exc:
+                    damaged[s] = f"shelf {s} is corrupt: {exc}"
+                    if quarantine is not None:
+                        quarantine(s, raw[s], str(exc))
+            out[b] = StoredBatch(b, blob, legacy, damaged.get(s, ""))
+        return out
+
+    return parse
+
+
+class ShelfStore:
+    def __init__(self, client: redis.Redis, keys: KeySchema) -> None:
+        self.redis = client
+        self.keys = keys
+        self._scripts = Scripts.of(client)
+        self.dead_letters = DeadLetters(client, keys)
+
+    def read(self, numbers: Iterable[int], *, repair: bool = True) -> dict[int, StoredBatch]:
+        """The stored blobs of these batches, in one round trip (see `add_reads`)."""
+        pipe = self.redis.pipeline(transaction=False)
+        parse = self.add_reads(pipe, numbers, repair=repair)
+        return parse(pipe.execute())
+
+    def add_reads(
+        self, pipe: Any, numbers: Iterable[int], *, repair: bool = True
+    ) -> Callable[[Sequence[Any]], dict[int, StoredBatch]]:
+        """`add_shelf_reads`; with ``repair`` a shelf whose slot table is damaged is also
+        quarantined, so the next seals rebuild its batches from what is staged."""
+        return add_shelf_reads(pipe, self.keys, numbers, self._quarantine if repair else None)
+
+    def write(self, writes: Sequence[SlotWrite], held: set[int] | None = None) -> set[int]:
+        """Write slots, one script call per shelf (one round trip); returns the batches written
+        (the others changed since they were read; ``held`` as in `queue_write`); the old
+        per-batch keys of those written are deleted."""
+        pipe = self.redis.pipeline(transaction=False)
+        _, finish = self.queue_write(pipe, writes, held)
+        return finish(pipe.execute(raise_on_error=False))
+
+    def queue_write(
+        self, pipe: Any, writes: Sequence[SlotWrite], held: set[int] | None = None
+    ) -> tuple[int, Callable[[Sequence[Any]], set[int]]]:
+        """`write` on the caller's pipeline (run with ``raise_on_error=False``): how many replies it
+        takes, first in the pipeline's, and the function that turns them into the batches written.
+        Those among them whose slot already held the new blob (not written by this call) are
+        added to ``held``."""
+        by_shelf: dict[int, list[SlotWrite]] = defaultdict(list)
+        for w in writes:
+            by_shelf[w.batch_no // SHELF_SLOTS].append(w)
+        shelves = sorted(by_shelf.items())
+        calls = []
+        for s, group in shelves:
+            args: list[Any] = [SHELF_SLOTS]
+            for w in group:
+                args += [w.batch_no % SHELF_SLOTS, shelved(w.held or b""), shelved(w.blob)]
+            calls.append(("shelf_put", [self.keys.shelf(s)], args))
+        count, replies_of = self._scripts.queue_calls(pipe, calls)
+
+        def finish(replies: Sequence[Any]) -> set[int]:
+            written: list[int] = []
+            for (s, group), reply in zip(shelves, replies_of(replies), strict=True):
+                refused = script_error(reply)
+                if refused is not None:
+                    if refused.code != "corrupt":
+                        raise RuntimeError(f"shelf_put refused: {refused.detail}")
+                    self._quarantine(s, self.redis.get(self.keys.shelf(s)), refused.detail)
+                    continue
+                written += [w.batch_no for w, ok in zip(group, reply, strict=True) if int(ok)]
+                if held is not None:
+                    held.update(w.batch_no for w, ok in zip(group, reply, strict=True) if int(ok) == 2)
+            done = set(written)
+            old = [(w.batch_no, w.legacy) for w in writes if w.legacy and w.batch_no in done]
+            if old:
+                self._scripts.run_many([("del_if_equal", [self.keys.batch(b)], [raw]) for b, raw in old])
+            return done
+
+        return count, finish
+
+    def _quarantine(self, shelf_no: int, raw: Any, reason: str) -> None:
+        """Keep a shelf with a damaged table aside (its blobs cannot be told apart) and remove it,
+        so the next seals rebuild its batches; the statistics still count their partitions."""
+        if raw is None:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(self.keys.shelf_quarantine(shelf_no), raw)
+        self.dead_letters.note(f"shelf:{shelf_no}", f"corrupt shelf quarantined: {reason}", pipe=pipe)
+        pipe.execute()
+        self._scripts("del_if_equal", [self.keys.shelf(shelf_no)], [raw])

@@ -1,0 +1,140 @@
+"""The Redis-backed worker registry: persists the `codec.WorkerMap` numbering."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import redis
+
+from codec import DecodeError, WorkerMap
+from codec.validate import check_worker_id
+from layers.keys import KeySchema
+from layers.plumbing.replies import as_text
+from layers.plumbing.scripts import Scripts
+from layers.plumbing.steps import Batch, Steps, SyncIO
+
+
+class WorkerNumbers:
+    """The numbering of a registry as last read, and its reading as steps (`layers.plumbing.steps`): what a
+    reader of sealed batches needs, on either kind of client."""
+
+    def __init__(self, keys: KeySchema) -> None:
+        self.keys = keys
+        self.map = WorkerMap()
+        self.generation: str | None = None  # of the registry ``map`` was read from (see register_workers.lua)
+        self._lock = threading.RLock()  # a bulk import registers from two threads
+
+    def is_current(self, generation: Any) -> bool:
+        """Whether ``generation`` (the field '' of the workers hash, as read) is the cached one."""
+        return (None if generation is None else as_text(generation)) == self.generation
+
+    def refresh_steps(self, *, forget: bool = False) -> Steps[WorkerMap]:
+        """Read every pair from Redis into the map (after another process registered workers);
+        with ``forget`` the map is rebuilt from what was read alone."""
+        batch = Batch()
+        batch.hget(self.keys.workers, "")
+        batch.hgetall(self.keys.workers_by_short)
+        generation, raw = yield batch
+        generation = None if generation is None else as_text(generation)
+        with self._lock:
+            if forget or generation != self.generation:  # another registry than the cached one: nothing of it holds
+                self.map = WorkerMap()
+                self.generation = generation
+            try:
+                for short, worker_id in raw.items():
+                    self.map.add(int(short), as_text(worker_id))
+            except ValueError as exc:
+                raise DecodeError(f"the worker registry is corrupt: {exc}") from None
+            return self.map
+
+
+class WorkerRegistry(WorkerNumbers):
+    """A local `WorkerMap` kept in step with the registry in Redis."""
+
+    def __init__(self, redis_client: redis.Redis, keys: KeySchema) -> None:
+        super().__init__(KeySchema.of(keys, client=redis_client))
+        self.redis = redis_client
+        self._io = SyncIO(redis_client)
+        self._scripts = Scripts.of(redis_client)
+        self.round_trips = 0
+
+    def register(self, worker_ids: Iterable[str], *, verify: bool = True) -> WorkerMap:
+        """Make sure every worker has a number (assigned atomically in Redis); returns the local map.
+
+        With ``verify`` the numbers the local map holds for these workers are first checked
+        against Redis (one HMGET): after Redis lost its data, or another process changed the
+        registry, a stale number would name the wrong worker in every blob encoded with it.
+        """
+        wanted = _checked(worker_ids)
+        with self._lock:
+            return self._register(wanted, verify)
+
+    def numbering(self, worker_ids: Iterable[str]) -> tuple[WorkerMap, str | None]:
+        """`register` without the check against Redis (no round trip when every worker is
+        known), and the registry generation those numbers belong to, read together: the commit
+        script refuses numbers of a registry that has changed since."""
+        wanted = _checked(worker_ids)
+        with self._lock:
+            return self._register(wanted, verify=False), self.generation
+
+    def queue_register(self, pipe: Any, worker_ids: Iterable[str]) -> Callable[[Any], WorkerMap]:
+        """`register` in two halves, so the check of the known numbers rides on the caller's
+        pipeline: this queues its HMGET on ``pipe``; the function returned takes that command's
+        reply (anything when none was queued) and registers the new workers."""
+        wanted = _checked(worker_ids)
+        with self._lock:
+            known = [w for w in wanted if w in self.map]
+        if known:
+            pipe.hmget(self.keys.workers, ["", *known])
+
+        def finish(reply: Any) -> WorkerMap:
+            with self._lock:
+                if known:
+                    self._check(known, reply)
+                return self._register(wanted, verify=False)
+
+        return finish
+
+    def _check(self, known: list[str], stored: Any) -> None:
+        """Reload if Redis's numbers for ``known`` (and its generation) are not the cached ones."""
+        if [None if raw is None else as_text(raw) for raw in stored] != [
+            self.generation,
+            *(str(self.map.known_short_id(w)) for w in known),
+        ]:
+            self.reload()  # out of step with Redis (it lost its data, or was changed by hand)
+
+    def _register(self, wanted: list[str], verify: bool) -> WorkerMap:
+        known = [w for w in wanted if w in self.map]
+        if verify and known:
+            self.round_trips += 1
+            self._check(known, self.redis.hmget(self.keys.workers, ["", *known]))
+        new = [w for w in wanted if w not in self.map]
+        if new:
+            self.round_trips += 1
+            reply = self._scripts("register_workers", [self.keys.workers, self.keys.workers_by_short], new)
+            generation = as_text(reply[0])
+            if generation != self.generation:
+                self.reload()  # a registry other than the one cached: take its numbers
+            for worker_id, short in zip(new, reply[1:], strict=True):
+                self.map.add(int(short), worker_id)
+        return self.map
+
+    def reload(self) -> WorkerMap:
+        """Forget the local numbering and read Redis's."""
+        with self._lock:  # held over the read too: no registration in this process meanwhile
+            return self._io.run(self.refresh_steps(forget=True))
+
+    def refresh(self) -> WorkerMap:
+        """Reload every pair from Redis (after another process registered workers)."""
+        with self._lock:
+            return self._io.run(self.refresh_steps())
+
+
+def _checked(worker_ids: Iterable[str]) -> list[str]:
+    """The distinct worker IDs, sorted, each checked (`ValidationError` for a bad one)."""
+    wanted = sorted(set(worker_ids))
+    for w in wanted:
+        check_worker_id(w)
+    return wanted

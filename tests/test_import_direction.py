@@ -1,0 +1,37 @@
+"""Imports flow ``codec <- layers <- stats <- archiver``: no package imports one to its right."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ORDER = ("codec", "layers", "stats", "archiver")
+
+
+def _imported(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return {name.split(".")[0] for name in names}
+
+
+@pytest.mark.parametrize("package", ORDER[:-1])
+def test_no_package_imports_one_above_it(package: str) -> None:
+    above = set(ORDER[ORDER.index(package) + 1 :])
+    wrong = {
+        str(path.relative_to(ROOT)): sorted(_imported(path) & above) for path in sorted((ROOT / package).rglob("*.py"))
+    }
+    assert {path: names for path, names in wrong.items() if names} == {}
+    assert len(wrong) > 3
+
+
+def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("from stats.rollup import day_of\nimport archiver.cli\n", encoding="utf-8")
+    assert _imported(module) == {"stats", "archiver"}
