@@ -11,14 +11,18 @@ ROOT = Path(__file__).resolve().parent.parent
 ORDER = ("codec", "layers", "stats", "archiver")
 
 
-def _imported(path: Path) -> set[str]:
+def _modules(path: Path) -> set[str]:
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
-    return {name.split(".")[0] for name in names}
+    return names
+
+
+def _imported(path: Path) -> set[str]:
+    return {name.split(".")[0] for name in _modules(path)}
 
 
 @pytest.mark.parametrize("package", ORDER[:-1])
@@ -35,3 +39,14 @@ def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("from stats.rollup import day_of\nimport archiver.cli\n", encoding="utf-8")
     assert _imported(module) == {"stats", "archiver"}
+
+
+def test_only_the_entry_point_imports_the_cli() -> None:
+    """The CLI wires the daemon, the router and the web app; none of them calls back up into it."""
+    users = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "archiver").rglob("*.py"))
+        if "cli" not in path.relative_to(ROOT / "archiver").parts
+        and any(name == "archiver.cli" or name.startswith("archiver.cli.") for name in _modules(path))
+    ]
+    assert users == ["archiver/__main__.py"]

@@ -122,7 +122,9 @@ def _supervise(args: argparse.Namespace, config: Config, processes: int, auto: b
             metrics.close()
             raise CliError(_port_error(args, exc)) from None
     if metrics is None and can_fork():
-        start = forker(args.argv)
+        from archiver.cli.main import main
+
+        start = forker(args.argv, main)
     else:
         start = spawner(args.argv, dict(os.environ) | (metrics.child_env if metrics is not None else {}))
     try:

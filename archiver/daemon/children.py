@@ -78,11 +78,10 @@ def can_fork() -> bool:
     return "fork" in multiprocessing.get_all_start_methods()
 
 
-def forker(argv: Sequence[str]) -> Starter:
-    """Children forked from this process, each running the CLI's ``main`` on ``argv`` less the
-    supervisor's flags (the CLI is imported here, in the supervisor, once)."""
-    from archiver.cli.main import main
-
+def forker(argv: Sequence[str], main: Callable[[Sequence[str]], int]) -> Starter:
+    """Children forked from this process, each running ``main`` (the CLI's, handed down by the
+    command that starts the supervisor, so the daemon never imports its CLI) on ``argv`` less the
+    supervisor's flags."""
     args = child_args(argv)
     context = multiprocessing.get_context("fork")
 
