@@ -22,7 +22,7 @@ from archiver.engine.local_cluster import LocalCluster
 from codec.errors import PartArchiveError
 from layers import ActiveLayer, ArchiveQueue, Completion, KeySchema
 from layers.errors import SlotMoving
-from layers.plumbing import slot_moves
+from layers.plumbing import drive, slot_moves
 from layers.plumbing.scripts import Scripts
 from layers.plumbing.slot_moves import ride_out, run_transaction
 from tests.conftest import cluster_server
@@ -117,11 +117,17 @@ class FakeTime:
         self.slept.append(seconds)
         self.now += seconds
 
+    async def asleep(self, seconds: float) -> None:
+        self.sleep(seconds)
+
 
 @pytest.fixture
 def fake_time(monkeypatch: pytest.MonkeyPatch) -> FakeTime:
+    """`ride_out`'s clock, and the sleeps of both drivers (`layers.plumbing.drive`)."""
     clock = FakeTime()
     monkeypatch.setattr(slot_moves, "time", clock)
+    monkeypatch.setattr(drive, "time", clock)
+    monkeypatch.setattr(drive, "asyncio", SimpleNamespace(sleep=clock.asleep))
     return clock
 
 
