@@ -3,16 +3,20 @@ names (those it uses, no more), and an error Redis raises names the line of the 
 
 from __future__ import annotations
 
+import asyncio
 import re
 from importlib import resources
+from typing import Any
 
 import pytest
 import redis
 from redis.exceptions import ResponseError
 
+from archiver.engine import async_twin
 from layers import KeySchema
 from layers.plumbing.replies import as_text
 from layers.plumbing.scripts import LUA_ROOMS, Scripts, assembled, includes, lua_files, script_source
+from layers.plumbing.scripts_async import AsyncScripts
 
 FILES = lua_files()
 HELPERS = sorted(name for name in FILES if name.startswith("_"))
@@ -27,6 +31,8 @@ def test_every_lua_file_of_every_room_is_found_once() -> None:
     on_disk = sorted(p.name for room in LUA_ROOMS for p in (resources.files("layers") / room / "lua").iterdir())
     assert sorted(FILES) == on_disk and len(set(on_disk)) == len(on_disk)
     assert FILES["commit.lua"] == "archive" and FILES["claim.lua"] == "active" and FILES["_checks.lua"] == "plumbing"
+
+
 _NOT_CODE = re.compile(r"--[^\n]*|'(?:\\.|[^'\\])*'|\"(?:\\.|[^\"\\])*\"")
 
 
@@ -59,7 +65,10 @@ def test_a_script_is_sent_with_its_helpers_first_each_once() -> None:
         source = script_source(name)
         assert source.endswith(_text(f"{name}.lua").rstrip("\n") + "\n")
         assert "_record.lua" not in dict(assembled(name).parts) or name in {
-            "fail", "release_held", "retry_failed", "upgrade"
+            "fail",
+            "release_held",
+            "retry_failed",
+            "upgrade",
         }
 
 
@@ -76,14 +85,28 @@ def test_every_line_sent_maps_back_to_its_file() -> None:
     assert str(sent.located(error)) == f"ERR {where}: oops script: abc, on @{where}."
 
 
-def test_an_error_in_a_script_names_its_own_file_and_line(real_redis: redis.Redis, namespace: str) -> None:
+@pytest.mark.parametrize("flavour", ["blocking", "asyncio"])
+def test_an_error_in_a_script_names_its_own_file_and_line(
+    real_redis: redis.Redis, namespace: str, flavour: str
+) -> None:
     """A slot count that is not a number fails at shelf_put.lua's loop over the slots, which Redis
-    reports at a line of the helper-prefixed text it was sent."""
+    reports at a line of the helper-prefixed text it was sent; on both flavours (one `ScriptCore`)."""
     own = _text("shelf_put.lua").splitlines()
     line = next(i for i, text in enumerate(own, 1) if text == "else") + 1  # no shelf yet: its slots made here
+    keys, args = [KeySchema(namespace).shelf(0)], ["not a number"]
     with pytest.raises(ResponseError, match=rf"layers/archive/lua/shelf_put\.lua:{line}\b") as caught:
-        Scripts.of(real_redis)("shelf_put", [KeySchema(namespace).shelf(0)], ["not a number"])
+        if flavour == "blocking":
+            Scripts.of(real_redis)("shelf_put", keys, args)
+        else:
+            asyncio.run(_run_async(async_twin(real_redis), "shelf_put", keys, args))
     assert "user_script" not in str(caught.value)
+
+
+async def _run_async(client: Any, name: str, keys: list[str], args: list[Any]) -> Any:
+    try:
+        return await AsyncScripts.of(client)(name, keys, args)
+    finally:
+        await client.aclose()
 
 
 def test_hdel_if_equal_deletes_only_the_unchanged_fields_in_chunks(real_redis: redis.Redis, namespace: str) -> None:

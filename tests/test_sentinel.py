@@ -8,10 +8,12 @@ URL is not used. No output of any of them may show a password.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import threading
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -20,9 +22,11 @@ import redis
 from archiver.cli.main import main
 from archiver.config import Config, parse_addresses
 from archiver.daemon.loop import ArchiverDaemon, drain
+from archiver.engine import async_twin
 from archiver.engine.local_sentinel import LocalSentinel, free_ports
 from codec.errors import PartArchiveError, ValidationError
 from layers import ActiveLayer, ArchiveLayer, KeySchema
+from layers.active.sdk_async import AsyncActiveLayer
 from layers.control.liveness import Liveness
 from stats import StatsChecker, StatsReader
 from tests.conftest import DATA_PASSWORD, SENTINEL_PASSWORD, delete_namespace, sentinel_server
@@ -227,9 +231,59 @@ def test_run_processes_passes_the_sentinels_to_its_children(
     _no_secret(err)
 
 
+class _Awaitable:
+    """The blocking SDK behind coroutine methods: one worker loop drives either flavour."""
+
+    def __init__(self, sdk: ActiveLayer) -> None:
+        self.sdk = sdk
+
+    async def claim(self, worker_id: str) -> Any:
+        return self.sdk.claim(worker_id)
+
+    async def complete(self, pid: int, worker_id: str) -> Any:
+        return self.sdk.complete(pid, worker_id)
+
+    async def size(self) -> int:
+        return self.sdk.size()
+
+
+def _worker_sdk(setup: LocalSentinel, namespace: str, flavour: str) -> Any:
+    """The worker SDK of ``flavour`` through the sentinels: `ActiveLayer` (behind `_Awaitable`) or
+    `AsyncActiveLayer` on the asyncio twin of the Sentinel client (its failover window included)."""
+    if flavour == "blocking":
+        return _Awaitable(ActiveLayer(setup.client(), namespace, lease_timeout=2.0))
+    return AsyncActiveLayer(async_twin(setup.client()), namespace, lease_timeout=2.0)
+
+
 @pytest.mark.chaos
 @pytest.mark.sentinel
-def test_a_primary_failover_loses_nothing_and_counts_once(namespace: str) -> None:
+@pytest.mark.parametrize("flavour", ["blocking", "asyncio"])
+def test_a_call_in_flight_across_a_promotion_waits_for_it(namespace: str, flavour: str) -> None:
+    """Sent once the primary is dead and before a replica is promoted, a worker's call returns once
+    the promotion is done, on either flavour (the failover window of `archiver.engine.sentinel`)."""
+    setup = LocalSentinel(binary=sentinel_server(), password=DATA_PASSWORD, sentinel_password=SENTINEL_PASSWORD)
+    with setup:
+        ActiveLayer(setup.client(), namespace).create_partitions(1, 100, 10)
+
+        async def across() -> tuple[int, int]:
+            sdk = _worker_sdk(setup, namespace, flavour)
+            assert await sdk.size() == 10  # connected to the first primary
+            victim = setup.primary()
+            assert victim is not None
+            wait_for(lambda: setup.replicated(victim), 60, "the replica in step")
+            setup.kill(victim)
+            assert not setup.promoted(victim)
+            return await sdk.size(), len(await asyncio.gather(sdk.claim("w"), sdk.claim("w")))
+
+        assert asyncio.run(across()) == (10, 2)
+        heir = setup.primary()
+        assert heir is not None and heir.alive()
+
+
+@pytest.mark.chaos
+@pytest.mark.sentinel
+@pytest.mark.parametrize("flavour", ["blocking", "asyncio"])
+def test_a_primary_failover_loses_nothing_and_counts_once(namespace: str, flavour: str) -> None:
     total = 1200
     setup = LocalSentinel(binary=sentinel_server(), password=DATA_PASSWORD, sentinel_password=SENTINEL_PASSWORD)
     with setup:
@@ -245,26 +299,29 @@ def test_a_primary_failover_loses_nothing_and_counts_once(namespace: str) -> Non
         errors: list[str] = []
         stop, killed = threading.Event(), threading.Event()
 
-        def work() -> None:
+        async def work_awaited() -> None:
             nonlocal completed
-            worker = ActiveLayer(setup.client(), namespace, lease_timeout=2.0)
+            worker = _worker_sdk(setup, namespace, flavour)
             while not stop.is_set():
                 if completed >= 2 * total // 3 and not killed.is_set():
                     killed.wait(120)  # held here until the kill, so that it lands mid-run however slow the machine
                 elif completed >= total // 3 and not killed.is_set():
-                    time.sleep(0.01)  # slowed down until the kill, so that completions are in flight when it lands
+                    await asyncio.sleep(0.01)  # slowed down until the kill, so that completions are in flight
                 try:
-                    part = worker.claim("w")
+                    part = await worker.claim("w")
                     if part is None:
-                        if worker.size() == 0:
+                        if await worker.size() == 0:
                             return
-                        time.sleep(0.2)  # a lease lost with the old primary expires
+                        await asyncio.sleep(0.2)  # a lease lost with the old primary expires
                         continue
-                    worker.complete(part.partition_id, "w")
+                    await worker.complete(part.partition_id, "w")
                     completed += 1
                 except (redis.RedisError, PartArchiveError) as exc:  # beyond the client's retries; try again
                     errors.append(type(exc).__name__)
-                    time.sleep(0.1)
+                    await asyncio.sleep(0.1)
+
+        def work() -> None:
+            asyncio.run(work_awaited())
 
         thread = threading.Thread(target=work)
         archive = ArchiveLayer(client, sdk.keys)
@@ -315,5 +372,6 @@ def test_a_primary_failover_loses_nothing_and_counts_once(namespace: str) -> Non
         heir = setup.primary()
         assert heir is not None and json.loads(status.stdout)["redis"]["node"] == heir.address
         _no_secret(verify.stdout, verify.stderr, status.stdout, status.stderr)
-        print(f"failover: promoted {promoted_s:.1f} s after the kill; {len(errors)} worker calls raised ({errors[:5]})")
+        raised = f"{len(errors)} worker calls raised ({errors[:5]})"
+        print(f"failover ({flavour}): promoted {promoted_s:.1f} s after the kill; {raised}")
         client.close()

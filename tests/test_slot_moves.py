@@ -3,6 +3,7 @@ where redis-py alone gives up; and with TRYAGAIN / ASK / CLUSTERDOWN replies inj
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 from types import SimpleNamespace
@@ -11,26 +12,30 @@ from typing import Any
 import fakeredis
 import pytest
 import redis
+import redis.asyncio
 from redis.exceptions import AskError, ClusterDownError, ClusterError, MovedError, NoScriptError, TryAgainError
-from redis.typing import ScriptTextT
 from structlog.testing import capture_logs
 
 from archiver import ArchiverDaemon, Config
 from archiver.daemon import loop
-from archiver.engine import connect
+from archiver.engine import async_connect, connect
 from archiver.engine.local_cluster import LocalCluster
 from codec.errors import PartArchiveError
 from layers import ActiveLayer, ArchiveQueue, Completion, KeySchema
+from layers.active.sdk_async import AsyncActiveLayer
 from layers.errors import SlotMoving
-from layers.plumbing import slot_moves
+from layers.plumbing import drive, slot_moves
 from layers.plumbing.scripts import Scripts
+from layers.plumbing.scripts_async import AsyncScripts
 from layers.plumbing.slot_moves import ride_out, run_transaction
+from layers.plumbing.steps import AsyncIO, Batch, Steps, SyncIO
 from tests.conftest import cluster_server
 from tests.helpers import complete_partitions, refusals, retries, wait_for
 
 
 @pytest.mark.cluster
-def test_a_script_waits_out_the_move_of_its_slot_where_redis_py_gives_up(namespace: str) -> None:
+@pytest.mark.parametrize("flavour", ["blocking", "asyncio"])
+def test_a_script_waits_out_the_move_of_its_slot_where_redis_py_gives_up(namespace: str, flavour: str) -> None:
     with LocalCluster(masters=3, binary=cluster_server()) as cluster:
         client = connect(cluster.url, cluster=True)
         sdk = ActiveLayer(client, namespace)  # the layers let the client follow ASK to a new master
@@ -59,9 +64,20 @@ def test_a_script_waits_out_the_move_of_its_slot_where_redis_py_gives_up(namespa
         assert Scripts.of(client)("del_if_equal", [probe], ["other"]) == 0  # there by EVAL: never loaded
         outcome: dict[str, object] = {}
 
+        async def complete_awaited() -> Completion:
+            twin = async_connect(cluster.url, cluster=True)
+            try:
+                assert await twin.get(probe) == b"kept"  # ASK followed to the new master on asyncio too
+                return await AsyncActiveLayer(twin, namespace).complete(part.partition_id, "w")
+            finally:
+                await twin.aclose()
+
         def complete() -> None:
             try:
-                outcome["done"] = sdk.complete(part.partition_id, "w")
+                if flavour == "blocking":
+                    outcome["done"] = sdk.complete(part.partition_id, "w")
+                else:
+                    outcome["done"] = asyncio.run(complete_awaited())
             except Exception as exc:
                 outcome["error"] = exc
 
@@ -117,11 +133,17 @@ class FakeTime:
         self.slept.append(seconds)
         self.now += seconds
 
+    async def asleep(self, seconds: float) -> None:
+        self.sleep(seconds)
+
 
 @pytest.fixture
 def fake_time(monkeypatch: pytest.MonkeyPatch) -> FakeTime:
+    """`ride_out`'s clock, and the sleeps of both drivers (`layers.plumbing.drive`)."""
     clock = FakeTime()
     monkeypatch.setattr(slot_moves, "time", clock)
+    monkeypatch.setattr(drive, "time", clock)
+    monkeypatch.setattr(drive, "asyncio", SimpleNamespace(sleep=clock.asleep))
     return clock
 
 
@@ -132,12 +154,21 @@ class Replies:
         self.replies = list(replies)
         self.calls = 0
 
-    def __call__(self, *_args: object) -> object:
+    def __call__(self, *_args: object, **_options: object) -> object:
         reply = self.replies[min(self.calls, len(self.replies) - 1)]
         self.calls += 1
         if isinstance(reply, BaseException):
             raise reply
         return reply
+
+
+def awaited(replies: Replies) -> Any:
+    """``replies`` as a coroutine function (a command of an asyncio client)."""
+
+    async def command(*args: object, **options: object) -> object:
+        return replies(*args, **options)
+
+    return command
 
 
 MOVING = [
@@ -187,34 +218,86 @@ class FakeCluster(redis.RedisCluster):
         self.execute = execute or Replies(["exec ran"])
         self.queued: list[list[str]] = []
 
-    def register_script(self, script: ScriptTextT) -> Any:
-        return SimpleNamespace(sha="0" * 40, script=script)
-
     def pipeline(self, transaction: bool | None = None, shard_hint: Any = None) -> Any:
         assert transaction
         commands: list[str] = []
         self.queued.append(commands)
-        return SimpleNamespace(hset=lambda *a: commands.append("HSET"), execute=self.execute)
+        return SimpleNamespace(
+            hset=lambda *a: commands.append("HSET"),
+            execute_command=lambda *a, **o: commands.append(str(a[0])),
+            execute=self.execute,
+        )
 
 
-def test_scripts_on_a_cluster_ride_out_tryagain_and_ask_then_load_by_eval(fake_time: FakeTime) -> None:
+class FakeAsyncCluster(redis.asyncio.RedisCluster):
+    """A `FakeCluster` on asyncio: the same `Replies`, awaited."""
+
+    def __init__(self, blocking: FakeCluster) -> None:
+        self.blocking = blocking
+        self.evalsha = awaited(blocking.evalsha)  # type: ignore[method-assign]
+        self.eval = awaited(blocking.eval)  # type: ignore[method-assign]
+
+    def pipeline(self, transaction: bool | None = None, shard_hint: Any = None) -> Any:
+        pipe = self.blocking.pipeline(transaction)
+        return SimpleNamespace(execute_command=pipe.execute_command, execute=awaited(pipe.execute))
+
+
+FLAVOURS = ["blocking", "asyncio"]
+
+
+def run_script(flavour: str, client: FakeCluster, name: str, keys: list[str], args: list[Any]) -> Any:
+    """Script ``name`` run by `Scripts` on ``client``, or by `AsyncScripts` on its asyncio twin."""
+    if flavour == "blocking":
+        return Scripts(client)(name, keys, args)
+    return asyncio.run(AsyncScripts(FakeAsyncCluster(client))(name, keys, args))
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_scripts_on_a_cluster_ride_out_tryagain_and_ask_then_load_by_eval(fake_time: FakeTime, flavour: str) -> None:
     no_script = NoScriptError("No matching script.")
     client = FakeCluster(evalsha=Replies(*MOVING, no_script))
-    assert Scripts(client)("complete", ["{t}_partitions"], [1]) == "eval ran"
+    assert run_script(flavour, client, "complete", ["{t}_partitions"], [1]) == "eval ran"
     assert client.evalsha.calls == len(MOVING) + 1 and client.eval.calls == 1  # type: ignore[attr-defined]
+    assert len(fake_time.slept) == len(MOVING)
 
 
-def test_without_a_budget_the_first_refusal_is_the_answer(fake_time: FakeTime, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_without_a_budget_the_first_refusal_is_the_answer(
+    fake_time: FakeTime, monkeypatch: pytest.MonkeyPatch, flavour: str
+) -> None:
     monkeypatch.setattr(slot_moves, "BUDGET_S", 0.0)
     client = FakeCluster(evalsha=Replies(MOVING[0], "evalsha ran"))
     with pytest.raises(SlotMoving):
-        Scripts(client)("complete", ["{t}_partitions"], [1])
+        run_script(flavour, client, "complete", ["{t}_partitions"], [1])
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_script_error_on_a_cluster_names_its_file_and_line(fake_time: FakeTime, flavour: str) -> None:
+    failed = redis.ResponseError("ERR user_script:1: Script attempted to access nonexistent global variable")
+    client = FakeCluster(evalsha=Replies(MOVING[0], failed))
+    with pytest.raises(redis.ResponseError, match=r"layers/\w+/lua/\w+\.lua:1: Script attempted") as caught:
+        run_script(flavour, client, "del_if_equal", ["{t}_x"], ["v"])
+    assert "user_script" not in str(caught.value)
 
 
 def test_a_transaction_is_built_again_while_its_slot_moves(fake_time: FakeTime) -> None:
     client = FakeCluster(execute=Replies(MOVING[1], MOVING[0], ["exec ran"]))
     assert run_transaction(client, lambda pipe: pipe.hset("{t}_x", "f", 1), "a note") == ["exec ran"]
     assert client.queued == [["HSET"]] * 3  # each try on a pipeline of its own
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_transaction_step_is_built_again_while_its_slot_moves(fake_time: FakeTime, flavour: str) -> None:
+    def steps() -> Steps[Any]:
+        return (yield Batch(transaction=True).hset("{t}_x", "f", "1"))
+
+    client = FakeCluster(execute=Replies(MOVING[1], MOVING[0], ["exec ran"]))
+    if flavour == "blocking":
+        assert SyncIO(client).run(steps()) == ["exec ran"]
+    else:
+        assert asyncio.run(AsyncIO(FakeAsyncCluster(client)).run(steps())) == ["exec ran"]
+    assert client.queued == [["HSET"]] * 3 and len(fake_time.slept) == 2
+    assert retries(("transaction",)) >= 2
 
 
 def test_a_transaction_on_one_server_is_sent_once(fake_time: FakeTime) -> None:

@@ -102,9 +102,11 @@ def async_connect(url: str, *, cluster: bool = False, password: str | None = Non
     try:
         if cluster:
             retry = AsyncRetry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=10)
-            return redis.asyncio.RedisCluster.from_url(
+            cluster_client = redis.asyncio.RedisCluster.from_url(
                 url, socket_connect_timeout=5, socket_timeout=10, retry=retry, password=password
             )
+            follow_ask_to_new_masters(cluster_client)  # as `connect`
+            return cluster_client
         packed = _PACKED.get(urlsplit(url).scheme.lower())
         options: dict[str, Any] = {} if packed is None else {"connection_class": packed}
         return redis.asyncio.Redis.from_url(
@@ -167,17 +169,17 @@ def async_twin(client: redis.Redis) -> AsyncClient:
 
 
 def _sentinel_twin(pool: SentinelConnectionPool) -> AsyncClient:
-    """The asyncio client of a Sentinel master: the same sentinels, master name and settings."""
-    from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+    """The asyncio client of a Sentinel master: the same sentinels, master name, settings and
+    failover window (`archiver.engine.sentinel.async_master_client`)."""
+    from archiver.engine.sentinel import async_master_client
 
     manager = pool.sentinel_manager
     watchers = [s.connection_pool.connection_kwargs for s in manager.sentinels]
     hosts = [(kw["host"], kw["port"]) for kw in watchers]
     probe = _accepted(redis.asyncio.Connection, dict(manager.sentinel_kwargs))
-    twin = AsyncSentinel(hosts, sentinel_kwargs=probe)  # type: ignore[no-untyped-call]
     data = _accepted(redis.asyncio.Connection, dict(pool.connection_kwargs))
-    client: AsyncClient = twin.master_for(pool.service_name, **data)
-    return client
+    window = getattr(pool.connection_kwargs.get("retry"), "window_s", None)
+    return async_master_client(hosts, pool.service_name, probe, retry_s=window, **data)
 
 
 def _accepted(target: type, kwargs: dict[str, Any]) -> dict[str, Any]:

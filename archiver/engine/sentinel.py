@@ -15,13 +15,16 @@ a minute of retries.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.asyncio.sentinel import SentinelManagedConnection as AsyncSentinelManagedConnection
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.exceptions import AuthenticationError, AuthorizationError
 from redis.retry import Retry
@@ -32,6 +35,36 @@ from archiver.engine.connect import Engine, EngineError, EngineUnreachable, engi
 
 T = TypeVar("T")
 PROBE_TIMEOUT_S = 2.0
+
+
+class _Window:
+    """One call's retries under a failover window: which errors are retried, how many failed so
+    far, how long to wait before the next try. Both flavours' retries (`FailoverRetry`,
+    `AsyncFailoverRetry`) follow it; only their sleeps differ."""
+
+    def __init__(self, retry: FailoverRetry | AsyncFailoverRetry) -> None:
+        retry._backoff.reset()  # type: ignore[no-untyped-call]
+        self._backoff = retry._backoff
+        self._window_s = retry.window_s
+        self.failures = 0
+        self._deadline: float | None = None
+
+    def failed(self, error: Exception, is_retryable: Callable[[Exception], bool] | None) -> int:
+        """Counts ``error``; raises it where it is not retried (a refused password is not)."""
+        if isinstance(error, AuthenticationError | AuthorizationError) or (
+            is_retryable is not None and not is_retryable(error)
+        ):
+            raise error
+        self.failures += 1
+        return self.failures
+
+    def wait_s(self, error: Exception) -> float:
+        """How long to wait before the next try; raises ``error`` once the window is spent."""
+        now = time.monotonic()
+        self._deadline = now + self._window_s if self._deadline is None else self._deadline
+        if now >= self._deadline:
+            raise error
+        return min(self._backoff.compute(self.failures), self._deadline - now)
 
 
 class FailoverRetry(Retry):
@@ -54,29 +87,48 @@ class FailoverRetry(Retry):
         is_retryable: Callable[[Exception], bool] | None = None,
         with_failure_count: bool = False,
     ) -> T:
-        self._backoff.reset()  # type: ignore[no-untyped-call]
-        failures = 0
-        deadline: float | None = None
+        window = _Window(self)
         while True:
             try:
                 return do()
             except self._supported_errors as error:
-                if isinstance(error, AuthenticationError | AuthorizationError) or (
-                    is_retryable is not None and not is_retryable(error)
-                ):
-                    raise
-                failures += 1
+                failures = window.failed(error, is_retryable)
                 fail(error, failures) if with_failure_count else fail(error)
-                now = time.monotonic()
-                deadline = now + self.window_s if deadline is None else deadline
-                if now >= deadline:
-                    raise
-                time.sleep(min(self._backoff.compute(failures), deadline - now))
+                time.sleep(window.wait_s(error))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, FailoverRetry) and other.window_s == self.window_s
 
     __hash__ = Retry.__hash__
+
+
+class AsyncFailoverRetry(AsyncRetry):
+    """`FailoverRetry` for `redis.asyncio` connections (the same `_Window`, awaited)."""
+
+    def __init__(self, window_s: float) -> None:
+        super().__init__(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=-1)
+        self.window_s = window_s
+
+    async def call_with_retry(
+        self,
+        do: Callable[[], Awaitable[T]],
+        fail: Callable[..., Any],
+        is_retryable: Callable[[Exception], bool] | None = None,
+        with_failure_count: bool = False,
+    ) -> T:
+        window = _Window(self)
+        while True:
+            try:
+                return await do()
+            except self._supported_errors as error:
+                failures = window.failed(error, is_retryable)
+                await (fail(error, failures) if with_failure_count else fail(error))
+                await asyncio.sleep(window.wait_s(error))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AsyncFailoverRetry) and other.window_s == self.window_s
+
+    __hash__ = AsyncRetry.__hash__
 
 
 class FollowingConnection(SentinelManagedConnection):
@@ -97,6 +149,22 @@ class FollowingConnection(SentinelManagedConnection):
             super()._connect_retry()  # type: ignore[no-untyped-call]
         elif not self._sock:  # asks for the address once, above
             self.connect_check_health(check_health=self.connection_pool.check_connection, retry_socket_connect=False)
+
+
+class AsyncFollowingConnection(AsyncSentinelManagedConnection):
+    """`FollowingConnection` for `redis.asyncio`, whose reconnection has the same gap."""
+
+    async def connect_check_health(self, check_health: bool = True, retry_socket_connect: bool = True) -> None:
+        if not self.is_connected and self.connection_pool.is_master:
+            self.host, self.port = await self.connection_pool.get_master_address()
+        await super().connect_check_health(check_health=check_health, retry_socket_connect=retry_socket_connect)
+
+    async def _connect_retry(self) -> None:
+        if not self.connection_pool.is_master:
+            await super()._connect_retry()  # type: ignore[no-untyped-call]
+        elif not self.is_connected:  # asks for the address once, above
+            check = self.connection_pool.check_connection
+            await self.connect_check_health(check_health=check, retry_socket_connect=False)
 
 
 def sentinel_client(
@@ -128,22 +196,39 @@ def sentinel_client(
 
 
 def async_sentinel_client(config: Config) -> redis.asyncio.Redis:
-    """The configured Sentinel master's client on asyncio (`redis.asyncio.sentinel`; not connected
-    yet): it asks the sentinels for the primary when it connects, and again after a failover."""
+    """The configured Sentinel master's client on asyncio (not connected yet): it asks the sentinels
+    for the primary when it connects, and rides out a failover as `sentinel_client` does."""
+    assert config.sentinel_master is not None
+    return async_master_client(
+        config.sentinels,
+        config.sentinel_master,
+        {"password": config.sentinel_password},
+        retry_s=config.sentinel_retry_s,
+        password=config.redis_password,
+        socket_connect_timeout=5,
+        socket_timeout=10,
+    )
+
+
+def async_master_client(
+    sentinels: list[tuple[str, int]],
+    master: str,
+    sentinel_kwargs: dict[str, Any],
+    *,
+    retry_s: float | None,
+    **kwargs: Any,
+) -> redis.asyncio.Redis:
+    """A `redis.asyncio` client of ``master``'s current primary: `AsyncFailoverRetry` for
+    ``retry_s`` seconds (None: redis-py's own retries) and `AsyncFollowingConnection`. ``kwargs``
+    go to the data nodes' connections, ``sentinel_kwargs`` to the sentinels'."""
     from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 
-    assert config.sentinel_master is not None
-    manager = AsyncSentinel(  # type: ignore[no-untyped-call]
-        config.sentinels,
-        sentinel_kwargs={
-            "password": config.sentinel_password,
-            "socket_connect_timeout": PROBE_TIMEOUT_S,
-            "socket_timeout": PROBE_TIMEOUT_S,
-        },
-    )
-    client: redis.asyncio.Redis = manager.master_for(
-        config.sentinel_master, password=config.redis_password, socket_connect_timeout=5, socket_timeout=10
-    )
+    probe = {"socket_connect_timeout": PROBE_TIMEOUT_S, "socket_timeout": PROBE_TIMEOUT_S} | sentinel_kwargs
+    manager = AsyncSentinel(sentinels, sentinel_kwargs=probe)  # type: ignore[no-untyped-call]
+    following: dict[str, Any] = {"connection_class": AsyncFollowingConnection}
+    if retry_s is not None:
+        following["retry"] = AsyncFailoverRetry(retry_s)
+    client: redis.asyncio.Redis = manager.master_for(master, **(kwargs | following))
     return client
 
 

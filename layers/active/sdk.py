@@ -10,15 +10,16 @@ import redis
 
 from codec import PartitionInfo
 from layers.active.clock import ServerClock
-from layers.active.core import MAX_PARTITIONS_PER_CALL, RECORD_FORMATS, ActiveCore, Completion
+from layers.active.core import MAX_PARTITIONS_PER_CALL, RECORD_FORMATS, Completion
+from layers.active.operations import ActiveOperations
 from layers.active.reads import check_partition_id
 from layers.keys import KeySchema
-from layers.plumbing.steps import SyncIO, blocking
+from layers.plumbing.steps import Blocking, SyncIO
 
 __all__ = ["MAX_PARTITIONS_PER_CALL", "RECORD_FORMATS", "ActiveLayer", "Completion", "check_partition_id"]
 
 
-class ActiveLayer(ActiveCore):
+class ActiveLayer(ActiveOperations, Blocking):
     """Worker SDK: create, claim, start, heartbeat, complete, fail and inspect partitions."""
 
     def __init__(
@@ -37,22 +38,6 @@ class ActiveLayer(ActiveCore):
         keys = KeySchema.of(namespace, cluster, elk_prefix, client=redis_client)
         clock = clock or ServerClock(redis_client)
         super().__init__(keys, clock, lease_timeout=lease_timeout, record_format=record_format)
-
-    create_partitions = blocking(ActiveCore._create_partitions)
-    claim = blocking(ActiveCore._claim)
-    sync = blocking(ActiveCore._sync)
-    start = blocking(ActiveCore._start)
-    heartbeat = blocking(ActiveCore._heartbeat)
-    fail = blocking(ActiveCore._fail)
-    complete = blocking(ActiveCore._complete)
-    retry_failed = blocking(ActiveCore._retry_failed)
-    get = blocking(ActiveCore._get)
-    all_active = blocking(ActiveCore._all_active)
-    get_all_active = all_active
-    page = blocking(ActiveCore._page)
-    counts = blocking(ActiveCore._counts)
-    size = blocking(ActiveCore._size)
-    is_completed = blocking(ActiveCore._is_completed)
 
     def iter_active(self, batch: int = 1000) -> Iterator[PartitionInfo]:
         """Every active partition, in no particular order, without loading them all at once."""

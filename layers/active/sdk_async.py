@@ -9,12 +9,13 @@ from collections.abc import AsyncIterator
 
 from codec import PartitionInfo
 from layers.active.clock import AsyncServerClock
-from layers.active.core import ActiveCore, Clock
+from layers.active.core import Clock
+from layers.active.operations import ActiveOperations
 from layers.keys import KeySchema
-from layers.plumbing.steps import AsyncClient, AsyncIO, awaiting
+from layers.plumbing.steps import AsyncClient, AsyncIO, Awaited
 
 
-class AsyncActiveLayer(ActiveCore):
+class AsyncActiveLayer(ActiveOperations, Awaited):
     """Worker SDK on asyncio: ``part = await sdk.claim("worker1")``. One instance may serve any
     number of tasks of its event loop. ``clock`` may be a plain function or a coroutine function
     (the default is the server's clock, `layers.active.clock.AsyncServerClock`)."""
@@ -35,22 +36,6 @@ class AsyncActiveLayer(ActiveCore):
         keys = KeySchema.of(namespace, cluster, elk_prefix, client=redis_client)
         clock = clock or AsyncServerClock(redis_client)
         super().__init__(keys, clock, lease_timeout=lease_timeout, record_format=record_format)
-
-    create_partitions = awaiting(ActiveCore._create_partitions)
-    claim = awaiting(ActiveCore._claim)
-    sync = awaiting(ActiveCore._sync)
-    start = awaiting(ActiveCore._start)
-    heartbeat = awaiting(ActiveCore._heartbeat)
-    fail = awaiting(ActiveCore._fail)
-    complete = awaiting(ActiveCore._complete)
-    retry_failed = awaiting(ActiveCore._retry_failed)
-    get = awaiting(ActiveCore._get)
-    all_active = awaiting(ActiveCore._all_active)
-    get_all_active = all_active
-    page = awaiting(ActiveCore._page)
-    counts = awaiting(ActiveCore._counts)
-    size = awaiting(ActiveCore._size)
-    is_completed = awaiting(ActiveCore._is_completed)
 
     async def iter_active(self, batch: int = 1000) -> AsyncIterator[PartitionInfo]:
         """Every active partition, in no particular order, without loading them all at once."""

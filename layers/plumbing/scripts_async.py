@@ -1,28 +1,18 @@
-"""The scripts in ``layers/<room>/lua`` run on a `redis.asyncio` client: EVALSHA, and after ``NOSCRIPT``
-(a server restarted or flushed its scripts, a cluster node that never saw them) SCRIPT LOAD and
-EVALSHA again; the worker's library (`layers.plumbing.scripts.LIBRARY_SCRIPTS`) as functions, loaded when
-the server lacks them. The sources are `layers.plumbing.scripts`' own, as for the synchronous
-`layers.plumbing.scripts.Scripts`.
-"""
+"""The scripts in ``layers/<room>/lua`` run on a `redis.asyncio` client: the steps of
+`layers.plumbing.script_core.ScriptCore` awaited, as `layers.plumbing.scripts.Scripts` runs them
+blocking (so both load what the server lacks, ride out a slot move on Redis Cluster and name a
+failed line by its file alike)."""
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 from weakref import WeakKeyDictionary
 
 import redis.asyncio
-from redis.exceptions import NoScriptError, ResponseError
 
-from layers.plumbing.scripts import (
-    LIBRARY_SCRIPTS,
-    is_missing_function,
-    lacks_functions,
-    library,
-    located,
-    refuses_load,
-    script_source,
-)
+from layers.plumbing.drive import adrive, aperform
+from layers.plumbing.script_core import ScriptCore
+from layers.plumbing.slot_moves import follow_ask_to_new_masters
 
 
 class AsyncScripts:
@@ -32,9 +22,9 @@ class AsyncScripts:
 
     def __init__(self, client: Any) -> None:
         self._client = client
-        self._shas: dict[str, str] = {}
-        self.functions = not isinstance(client, redis.asyncio.RedisCluster)
-        self.as_scripts: set[str] = set()  # as `layers.plumbing.scripts.Scripts.as_scripts`
+        self.core = ScriptCore(cluster=isinstance(client, redis.asyncio.RedisCluster))
+        if self.core.cluster:
+            follow_ask_to_new_masters(client)
 
     @classmethod
     def of(cls, client: Any) -> AsyncScripts:
@@ -43,46 +33,20 @@ class AsyncScripts:
             found = cls._by_client[client] = cls(client)
         return found
 
-    def sha(self, name: str) -> str:
-        sha = self._shas.get(name)
-        if sha is None:
-            sha = self._shas[name] = hashlib.sha1(script_source(name).encode()).hexdigest()
-        return sha
+    @property
+    def functions(self) -> bool:
+        """The worker's library runs as functions on this client (`ScriptCore.functions`)."""
+        return self.core.functions
 
     async def __call__(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        if self.functions and name in LIBRARY_SCRIPTS and name not in self.as_scripts:
-            return await self._fcall(name, keys, args)
-        try:
-            return await self._client.evalsha(self.sha(name), len(keys), *keys, *args)
-        except NoScriptError:
-            loaded = await self._client.script_load(script_source(name))
-            self._shas[name] = loaded.decode() if isinstance(loaded, bytes) else str(loaded)
-            return await self._client.evalsha(self._shas[name], len(keys), *keys, *args)
-
-    async def _fcall(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        function = library().function(name)
-        for attempt in (1, 2):
+        first = self.core.first(name, keys, args)
+        failed: Exception | None = None
+        if first is not None:
             try:
-                if attempt == 2 and not await self._load(name):  # the server has not loaded the library
-                    return await self(name, keys, args)  # and refused it: `name` runs as a script
-                return await self._client.fcall(function, len(keys), *keys, *args)
-            except ResponseError as exc:
-                if lacks_functions(exc):
-                    self.functions = False
-                    return await self(name, keys, args)
-                if attempt == 2 or not is_missing_function(exc):
-                    raise located(name, exc) from None
-        raise AssertionError("unreachable")
+                return await getattr(self._client, first.method)(*first.args)
+            except Exception as exc:  # the core's steps take it from here
+                failed = exc
+        return await adrive(self.core.steps(name, keys, args, failed), self._perform)
 
-    async def _load(self, name: str) -> bool:
-        """As `layers.plumbing.scripts.Scripts._load`."""
-        try:
-            await self._client.function_load(library().source.text)
-        except ResponseError as exc:
-            if "already exists" in str(exc):
-                return True
-            if not refuses_load(name, exc):
-                raise
-            self.as_scripts.add(name)
-            return False
-        return True
+    async def _perform(self, step: Any) -> Any:
+        return await aperform(self._client, step)

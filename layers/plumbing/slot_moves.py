@@ -26,10 +26,15 @@ What redis-py (8.1) does about it on its own, read in its source and tried on a 
   AskError once the client's retries are spent); TRYAGAIN it does not retry;
 - CLUSTERDOWN is retried with the client's ``Retry``, 0.25 s apart.
 
-So: `follow_ask_to_new_masters` lets a client follow ASK to a master it has not met; `ride_out`
-sends a call refused because its slot is moving again, with exponential backoff and jitter, for
-up to `BUDGET_S`, then raises `SlotMoving`. `layers.plumbing.scripts.Scripts` runs every script through it on
-Redis Cluster, `run_transaction` every MULTI/EXEC. Each call sent again is counted in
+redis-py's asyncio cluster client does the same (``redis.asyncio.cluster``), ASK to an unknown
+master included.
+
+So: `follow_ask_to_new_masters` lets a client of either flavour follow ASK to a master it has not
+met; `riding_out` sends a call refused because its slot is moving again, with exponential backoff
+and jitter (`RideOut`), for up to `BUDGET_S`, then raises `SlotMoving`. It is steps
+(`layers.plumbing.drive`), so the blocking and the asyncio flavours ride out alike: every script on
+Redis Cluster (`layers.plumbing.script_core`), every MULTI/EXEC (`run_transaction`,
+`layers.plumbing.steps`), and any call through `ride_out` / `ride_out_async`. Each call sent again is counted in
 ``partarchive_slot_move_retries_total{call}`` (created on the first, so importing registers nothing).
 """
 
@@ -37,17 +42,20 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import cache
 from typing import Any, TypeVar
 
 import redis
 from prometheus_client import Counter
+from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
+from redis.asyncio.cluster import NodesManager as AsyncNodesManager
 from redis.client import Pipeline
 from redis.cluster import PRIMARY, ClusterNode, NodesManager
 from redis.exceptions import AskError, ClusterError, SlotNotCoveredError, TryAgainError
 
 from layers.errors import SlotMoving
+from layers.plumbing.drive import Call, Steps, Wait, adrive, aperform, drive, perform
 
 T = TypeVar("T")
 
@@ -60,30 +68,71 @@ MAX_DELAY_S = 1.0
 MOVING_ERRORS = (TryAgainError, AskError, ClusterError, SlotNotCoveredError)
 
 
-def ride_out(call: Callable[[], T], what: str, *, budget_s: float | None = None) -> T:
-    """``call()``, called again while Redis Cluster refuses it because its slot is moving, with
-    exponential backoff and jitter (20 ms doubling up to 1 s, each scaled by 0.5..1); raises
-    `SlotMoving` once ``budget_s`` (default `BUDGET_S`) would be exceeded. Other errors pass.
+class RideOut:
+    """The backoff of one call riding out a slot move: exponential with jitter (20 ms doubling up
+    to 1 s, each scaled by 0.5..1) within a budget of ``budget_s`` (default `BUDGET_S`)."""
+
+    def __init__(self, what: str, budget_s: float | None = None) -> None:
+        self.what = what
+        self.budget = BUDGET_S if budget_s is None else budget_s
+        self.deadline = time.monotonic() + self.budget
+        self.tries = 0
+
+    def wait_s(self, refused: Exception) -> float:
+        """How long to wait before sending the call again after ``refused``; raises `SlotMoving`
+        once the budget would be exceeded (and re-raises ``refused`` if it is `SlotMoving`)."""
+        if isinstance(refused, SlotMoving):
+            raise refused
+        self.tries += 1
+        delay = min(MAX_DELAY_S, FIRST_DELAY_S * 2.0 ** (self.tries - 1)) * random.uniform(0.5, 1.0)
+        if time.monotonic() + delay > self.deadline:
+            last = str(refused).splitlines()[0][:200] if str(refused) else type(refused).__name__
+            raise SlotMoving(
+                f"Redis Cluster refused {self.what!r} for {self.budget:g} s while its slot moved between masters "
+                f"({self.tries} tries, the last: {last}); it did not run"
+            ) from refused
+        slot_move_retries().labels(call=self.what).inc()
+        return delay
+
+
+def riding_out(attempt: Callable[[], Steps[T]], what: str, *, budget_s: float | None = None) -> Steps[T]:
+    """The steps of ``attempt()``, sent again (a new generator each time) while Redis Cluster
+    refuses them because their slot is moving, waiting as `RideOut` says; other errors pass.
     ``what`` names the call in the error and in the retries' metric (a few fixed names)."""
-    budget = BUDGET_S if budget_s is None else budget_s
-    deadline = time.monotonic() + budget
-    tries = 0
+    policy = RideOut(what, budget_s)
     while True:
         try:
-            return call()
+            return (yield from attempt())
         except MOVING_ERRORS as exc:
-            if isinstance(exc, SlotMoving):
-                raise
-            tries += 1
-            delay = min(MAX_DELAY_S, FIRST_DELAY_S * 2 ** (tries - 1)) * random.uniform(0.5, 1.0)
-            if time.monotonic() + delay > deadline:
-                last = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-                raise SlotMoving(
-                    f"Redis Cluster refused {what!r} for {budget:g} s while its slot moved between masters "
-                    f"({tries} tries, the last: {last}); it did not run"
-                ) from exc
-            slot_move_retries().labels(call=what).inc()
-            time.sleep(delay)
+            yield Wait(policy.wait_s(exc))
+
+
+def _calling(call: Callable[[], Any]) -> Callable[[], Steps[Any]]:
+    def attempt() -> Steps[Any]:
+        return (yield Call(call))
+
+    return attempt
+
+
+def ride_out(call: Callable[[], T], what: str, *, budget_s: float | None = None) -> T:
+    """``call()``, called again while Redis Cluster refuses it because its slot is moving
+    (`riding_out`); raises `SlotMoving` once the budget is spent."""
+    steps: Steps[T] = riding_out(_calling(call), what, budget_s=budget_s)
+    return drive(steps, _perform)
+
+
+async def ride_out_async(call: Callable[[], Awaitable[T]], what: str, *, budget_s: float | None = None) -> T:
+    """`ride_out` awaiting ``call()``."""
+    steps: Steps[T] = riding_out(_calling(call), what, budget_s=budget_s)
+    return await adrive(steps, _aperform)
+
+
+def _perform(step: Any) -> Any:
+    return perform(None, step)
+
+
+def _aperform(step: Any) -> Awaitable[Any]:
+    return aperform(None, step)
 
 
 @cache
@@ -119,17 +168,42 @@ class _NodesFollowingAsk(NodesManager):
     ) -> ClusterNode | None:
         node: ClusterNode | None = super().get_node(host, port, node_name)
         if node is None and node_name and host is None and port is None:
-            address, _, number = node_name.rpartition(":")
-            if address and number.isdigit():
+            found = _new_master(node_name)
+            if found is not None:
                 with self._lock:
-                    new = ClusterNode(address, int(number), PRIMARY)  # type: ignore[no-untyped-call]
+                    new = ClusterNode(*found, PRIMARY)  # type: ignore[no-untyped-call]
                     node = self.nodes_cache.setdefault(node_name, new)
         return node
 
 
+def _new_master(node_name: str) -> tuple[str, int] | None:
+    """The address in the name of a node asked for by name only (an ASK's target), if it is one."""
+    address, _, number = node_name.rpartition(":")
+    return (address, int(number)) if address and number.isdigit() else None
+
+
+class _AsyncNodesFollowingAsk(AsyncNodesManager):
+    """`_NodesFollowingAsk` for `redis.asyncio.RedisCluster`, whose ASK finds its target the same way."""
+
+    __slots__ = ()
+
+    def get_node(
+        self, host: str | None = None, port: int | None = None, node_name: str | None = None
+    ) -> AsyncClusterNode | None:
+        node: AsyncClusterNode | None = super().get_node(host, port, node_name)
+        found = _new_master(node_name) if node is None and node_name and not (host and port) else None
+        if found is not None and node_name:
+            new = AsyncClusterNode(*found, PRIMARY, **self.connection_kwargs)
+            node = self.nodes_cache.setdefault(node_name, new)
+        return node
+
+
 def follow_ask_to_new_masters(client: object) -> None:
-    """Let a `redis.RedisCluster` follow ASK to a master it does not know yet (see the module's
-    notes); a client with a node table of its own making is left as it is."""
+    """Let a `redis.RedisCluster` or a `redis.asyncio.RedisCluster` follow ASK to a master it does
+    not know yet (see the module's notes); a client with a node table of its own making is left as
+    it is."""
     nodes = getattr(client, "nodes_manager", None)
     if type(nodes) is NodesManager:
         nodes.__class__ = _NodesFollowingAsk
+    elif type(nodes) is AsyncNodesManager:
+        nodes.__class__ = _AsyncNodesFollowingAsk

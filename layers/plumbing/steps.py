@@ -9,34 +9,51 @@ reads the replies itself, and returns its result. `SyncIO` runs such a generator
 drives them. A step that fails is thrown into the generator at its ``yield``, so ``try`` blocks
 around a step work as around a call.
 
-`blocking` and `awaiting` turn a method returning steps into the public method of either flavour,
-with its signature and docstring.
+The loops that drive the steps are `layers.plumbing.drive`'s; so are scripts run
+(`layers.plumbing.script_core`) and slot moves ridden out (`layers.plumbing.slot_moves`), so what
+holds for one flavour holds for the other.
+
+`operation` turns a method returning steps into the public method of both flavours at once (a
+`Blocking` or an `Awaited` instance); `blocking` and `awaiting` into that of one.
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
+from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 import redis
 import redis.asyncio
 from redis.commands.core import CoreCommands
 
+from layers.plumbing.drive import Call, Steps, adrive, aperform, drive, perform
 from layers.plumbing.scripts import Scripts
 from layers.plumbing.scripts_async import AsyncScripts
-from layers.plumbing.slot_moves import ride_out
+from layers.plumbing.slot_moves import ride_out, ride_out_async
+
+__all__ = [
+    "AsyncClient",
+    "AsyncIO",
+    "Awaited",
+    "Batch",
+    "Blocking",
+    "Call",
+    "Script",
+    "Steps",
+    "SyncIO",
+    "awaiting",
+    "blocking",
+    "one",
+    "operation",
+]
 
 T = TypeVar("T")
 P = ParamSpec("P")
 
 #: The asyncio clients the steps run on (a Sentinel's ``master_for`` gives a `redis.asyncio.Redis`).
 AsyncClient = redis.asyncio.Redis | redis.asyncio.RedisCluster
-
-#: A generator of steps returning ``T``.
-Steps = Generator[Any, Any, T]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,15 +63,6 @@ class Script:
     name: str
     keys: list[str]
     args: list[Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    """Call a function outside Redis (a clock, a caller's statistics lookup); its result is awaited
-    under `AsyncIO` when it is awaitable."""
-
-    function: Callable[..., Any]
-    args: tuple[Any, ...] = ()
 
 
 class Batch(CoreCommands):
@@ -91,37 +99,23 @@ class SyncIO:
     def __init__(self, client: redis.Redis) -> None:
         self.client: Any = client
         self.scripts = Scripts.of(client)
+        self._cluster = isinstance(client, redis.RedisCluster)
 
     def run(self, steps: Steps[T]) -> T:
-        reply: Any = None
-        error: Exception | None = None
-        while True:
-            try:
-                step = steps.send(reply) if error is None else steps.throw(error)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            reply, error = None, None
-            try:
-                reply = self._perform(step)
-            except Exception as exc:  # handed to the steps, which may catch it
-                error = exc
-            except BaseException:
-                steps.close()
-                raise
+        return drive(steps, self._perform)
 
     def _perform(self, step: Any) -> Any:
-        if isinstance(step, Script):
+        kind = type(step)  # not isinstance: Batch's is a slow check (redis-py's commands are a Protocol)
+        if kind is Script:
             return self.scripts(step.name, step.keys, step.args)
-        if isinstance(step, Call):  # before Batch, whose check is a slow one (redis-py's commands are a Protocol)
-            return step.function(*step.args)
-        if isinstance(step, Batch):
+        if kind is Batch:
             if step.single:
                 args, options = step.calls[0]
                 return self.client.execute_command(*args, **options)
-            if step.transaction and isinstance(self.client, redis.RedisCluster):
+            if step.transaction and self._cluster:
                 return ride_out(lambda: self._batch(step), "transaction")  # refused while its slot moves
             return self._batch(step)
-        raise TypeError(f"not a step: {step!r}")
+        return perform(self.client, step)
 
     def _batch(self, step: Batch) -> Any:
         pipe = self.client.pipeline(transaction=step.transaction)
@@ -136,39 +130,29 @@ class AsyncIO:
     def __init__(self, client: AsyncClient) -> None:
         self.client: Any = client
         self.scripts = AsyncScripts.of(client)
+        self._cluster = isinstance(client, redis.asyncio.RedisCluster)
 
     async def run(self, steps: Steps[T]) -> T:
-        reply: Any = None
-        error: Exception | None = None
-        while True:
-            try:
-                step = steps.send(reply) if error is None else steps.throw(error)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            reply, error = None, None
-            try:
-                reply = await self._perform(step)
-            except Exception as exc:  # handed to the steps, which may catch it
-                error = exc
-            except BaseException:  # cancelled: the steps' clean-up runs now, not at garbage collection
-                steps.close()
-                raise
+        return await adrive(steps, self._perform)
 
     async def _perform(self, step: Any) -> Any:
-        if isinstance(step, Script):
+        kind = type(step)  # as `SyncIO`
+        if kind is Script:
             return await self.scripts(step.name, step.keys, step.args)
-        if isinstance(step, Call):
-            got = step.function(*step.args)
-            return await got if inspect.isawaitable(got) else got
-        if isinstance(step, Batch):
+        if kind is Batch:
             if step.single:
                 args, options = step.calls[0]
                 return await self.client.execute_command(*args, **options)
-            pipe = self.client.pipeline(transaction=step.transaction)
-            for args, options in step.calls:
-                pipe.execute_command(*args, **options)
-            return await pipe.execute(raise_on_error=step.raise_on_error)
-        raise TypeError(f"not a step: {step!r}")
+            if step.transaction and self._cluster:
+                return await ride_out_async(lambda: self._batch(step), "transaction")  # as `SyncIO`
+            return await self._batch(step)
+        return await aperform(self.client, step)
+
+    async def _batch(self, step: Batch) -> Any:
+        pipe = self.client.pipeline(transaction=step.transaction)
+        for args, options in step.calls:
+            pipe.execute_command(*args, **options)
+        return await pipe.execute(raise_on_error=step.raise_on_error)
 
 
 def blocking(steps: Callable[Concatenate[Any, P], Steps[T]]) -> Callable[Concatenate[Any, P], T]:
@@ -193,3 +177,62 @@ def awaiting(
 
     functools.update_wrapper(method, steps)
     return method
+
+
+class Blocking:
+    """Mixin of a class whose operations (`operation`) run blocking, with its `SyncIO` (``self._io``)."""
+
+    _io: SyncIO
+
+
+class Awaited:
+    """Mixin of a class whose operations (`operation`) are coroutines, awaited with its `AsyncIO` (``self._io``)."""
+
+    _io: AsyncIO
+
+
+class operation(Generic[P, T]):
+    """A method returning steps, made the public method of both flavours by one line:
+    ``claim = operation(ActiveCore._claim)``. On a `Blocking` instance it runs the steps and
+    returns their result; on an `Awaited` one it is a coroutine function. Typed for either (the
+    overloads of ``__get__``), with the signature and docstring of the steps' method.
+
+    The method made for an instance is kept in the instance's ``__dict__``, so from the second
+    call on it is found as an attribute is, without this descriptor."""
+
+    def __init__(self, steps: Callable[Concatenate[Any, P], Steps[T]]) -> None:
+        self.steps = steps
+        self.name = steps.__name__.lstrip("_")
+        self.__doc__ = steps.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, instance: None, owner: type) -> operation[P, T]: ...
+    @overload
+    def __get__(self, instance: Blocking, owner: type) -> Callable[P, T]: ...
+    @overload
+    def __get__(self, instance: Awaited, owner: type) -> Callable[P, Coroutine[Any, Any, T]]: ...
+
+    def __get__(self, instance: object, owner: type) -> Any:
+        if instance is None:
+            return self
+        steps, io = self.steps, instance._io  # type: ignore[attr-defined]
+        method: Callable[..., Any]
+        if isinstance(io, AsyncIO):
+
+            async def awaited(*args: Any, **kwargs: Any) -> Any:
+                return await io.run(steps(instance, *args, **kwargs))
+
+            method = awaited
+        else:
+
+            def blocking(*args: Any, **kwargs: Any) -> Any:
+                return io.run(steps(instance, *args, **kwargs))
+
+            method = blocking
+        functools.update_wrapper(method, steps)
+        method.__name__ = method.__qualname__ = self.name
+        instance.__dict__[self.name] = method
+        return method
