@@ -123,8 +123,8 @@ class SnapshotReader:
         k = self.keys
         recounted = None
         if k.elk_prefix is not None:
-            active = self._active or ActiveLayer(self.redis, k)
-            recounted = active.counts()
+            self._active = self._active or ActiveLayer(self.redis, k)
+            recounted = self._active.counts()
         clustered = isinstance(self.redis, redis.RedisCluster)  # whose pipelines refuse TIME: asked apart
         pipe = self.redis.pipeline(transaction=False)
         queue_counts(pipe, k)
