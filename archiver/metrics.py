@@ -1,15 +1,15 @@
 """Prometheus metrics of the daemon and the API. Every series carries a ``namespace`` label.
 
 Process counters (router answers, decodes, statistics flushes) live in the default
-registry: sum them by namespace. Layer state (active sizes, queue, archive, tier,
-compression, consistency check, the workers' completion latency) is read from Redis at
-scrape time by `LayerStateCollector`, so every process that exposes ``/metrics`` reports the
-same, current numbers: combine those with ``max by (namespace)``, never sum them.
+registry: sum them by namespace. Layer state (active sizes, queue, archive, tiers,
+compression, consistency check, the workers' completion latency) is the namespace snapshot
+(`archiver.snapshot`) read at scrape time by `LayerStateCollector`, so every process that exposes
+``/metrics`` reports the same, current numbers, as ``status`` and the dashboard show them:
+combine those with ``max by (namespace)``, never sum them.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,18 +19,11 @@ from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from archiver.snapshot import NamespaceSnapshot, SnapshotReader
 from codec import ACTIVE_STATUSES, PartArchiveError
 from layers import ArchiveLayer, KeySchema, Tier
 from layers.active.latencies import COMPLETE_BUCKETS
-from layers.active.reads import COUNTED, counts_from, queue_counts
-from layers.archive.queue import oldest_pending_age
-from layers.archive.transitions import transition_state
-from layers.control.liveness import Liveness
-from layers.control.pressure import SKIP
-from layers.control.switch import parse_state
-from layers.plumbing.meta import stored_int, typed_errors
-from layers.plumbing.replies import as_text
-from stats.progress import job_progress, parse_samples
+from layers.plumbing.meta import stored_int
 
 log = structlog.get_logger("partarchive.metrics")
 
@@ -62,19 +55,17 @@ def start_series(namespace: str) -> None:
 
 
 class LayerStateCollector(Collector):
-    """Reads the layers' state from Redis in one round trip per scrape.
+    """Exports one namespace snapshot (`archiver.snapshot`), read once per scrape.
 
     ``archive`` is the namespace's own archive layer (`archiver.namespace.Namespace.archive`):
-    its tier policy is the configured one, so the transition backlog, rate and ETA are measured
-    against the tier the daemon moves to.
+    its tier policy is the configured one, so the target tier, the transition backlog, rate and
+    ETA are measured against the tier the daemon moves to.
     """
 
-    def __init__(self, archive: ArchiveLayer, group: str = "archivers") -> None:
-        self.archive = archive
-        self.redis = archive.redis
+    def __init__(self, archive: ArchiveLayer) -> None:
         self.keys: KeySchema = archive.keys
-        self.group = group
         self.namespace = archive.keys.namespace
+        self.snapshots = SnapshotReader(archive.redis, archive.keys, archive.policy)
 
     def _gauge(self, name: str, text: str, value: float | None = None, labels: tuple[str, ...] = ()) -> Any:
         family = GaugeMetricFamily(name, text, labels=["namespace", *labels])
@@ -88,8 +79,7 @@ class LayerStateCollector(Collector):
             "partarchive_namespace_damaged", "Whether the namespace holds data partarchive did not write (see the log)."
         )
         try:
-            with typed_errors(self.redis, self.keys):
-                families = list(self._families())
+            families = list(self.families(self.snapshots.read()))
         except PartArchiveError as exc:
             log.warning("metrics scrape found damaged namespace data", error=str(exc))
             families = []
@@ -106,109 +96,78 @@ class LayerStateCollector(Collector):
         yield damaged
         yield from families
 
-    def _families(self) -> Iterator[Any]:
-        k, ns, gauge = self.keys, self.namespace, self._gauge
-        pipe = self.redis.pipeline(transaction=False)
-        queue_counts(pipe, k)
-        pipe.xlen(k.queue)
-        pipe.xpending(k.queue, self.group)
-        pipe.xlen(k.dead_letter)
-        pipe.hgetall(k.archive_meta)
-        pipe.hlen(k.completed)
-        pipe.hgetall(k.stats_meta)
-        pipe.hgetall(k.complete_latency)
-        pipe.hgetall(k.pressure)
-        pipe.zcard(k.unsealed)
-        pipe.get(k.archival_paused)
-        pipe.zcard(k.archival_held)
-        pipe.get(k.archival_released)
-        pipe.hgetall(k.progress)
-        replies = pipe.execute(raise_on_error=False)
-        counted = [0 if isinstance(r, redis.ResponseError) else r for r in replies[: len(COUNTED)]]
-        counts = counts_from(counted)
-        length, pending, dead, meta, simple, stats_meta, latency, *backlog = (
-            ({} if isinstance(r, redis.ResponseError) else r) for r in replies[len(COUNTED) :]
-        )
+    def families(self, snap: NamespaceSnapshot) -> Iterator[Any]:
+        ns, gauge, q, ar = self.namespace, self._gauge, snap.queue, snap.archive
         active = gauge("partarchive_active_partitions", "Active partitions by status.", labels=("status",))
         for status in ACTIVE_STATUSES:
-            active.add_metric([ns, status.value], counts.get(status.value, 0))
+            active.add_metric([ns, status.value], snap.by_status.get(status.value, 0))
         yield active
-        yield gauge("partarchive_queue_length", "Archive queue entries not yet archived.", length or 0)
-        pending_count = int(pending.get("pending", 0)) if isinstance(pending, dict) else 0
-        yield gauge("partarchive_queue_pending", "Entries delivered but not acknowledged.", pending_count)
+        yield gauge("partarchive_queue_length", "Archive queue entries not yet archived.", q.length)
+        yield gauge("partarchive_queue_pending", "Entries delivered but not acknowledged.", q.pending)
         yield gauge(
-            "partarchive_queue_oldest_pending_age_seconds",
-            "Age of the oldest unacknowledged entry.",
-            oldest_pending_age(pending),
-        )
-        yield gauge("partarchive_dead_letters", "Entries in the dead-letter stream.", dead or 0)
-        meta = {as_text(a): as_text(b) for a, b in meta.items()}
-        total = stored_int(k.archive_meta, "total", meta.get("total"), default=0)
-        simple_count = int(simple or 0)
+            "partarchive_queue_oldest_pending_age_seconds", "Age of the oldest unacknowledged entry.",
+            q.oldest_pending_age_s,
+        )  # fmt: skip
+        yield gauge("partarchive_dead_letters", "Entries in the dead-letter stream.", q.dead_letters)
+        total, simple = ar.archived_total, ar.simple_tier
         by_tier = gauge("partarchive_archived_partitions", "Archived partitions by storage.", labels=("storage",))
-        by_tier.add_metric([ns, "simple"], min(simple_count, total) if total else simple_count)
-        by_tier.add_metric([ns, "batched"], max(0, total - simple_count))
+        by_tier.add_metric([ns, "simple"], min(simple, total) if total else simple)
+        by_tier.add_metric([ns, "batched"], max(0, total - simple))
         yield by_tier
-        tier = gauge("partarchive_archive_tier", "Current archive tier (1 for the current one).", labels=("tier",))
-        current = meta.get("tier", Tier.SIMPLE.value)
-        for t in Tier:
-            tier.add_metric([ns, t.value], 1 if t.value == current else 0)
-        yield tier
-        blob_bytes = stored_int(k.archive_meta, "sealed_blob_bytes", meta.get("sealed_blob_bytes"), default=0)
-        json_bytes = stored_int(k.archive_meta, "sealed_json_bytes", meta.get("sealed_json_bytes"), default=0)
-        ratio = json_bytes / blob_bytes if blob_bytes else 0.0
-        yield gauge("partarchive_compression_ratio", "JSON bytes over sealed blobs' bytes, every seal so far.", ratio)
-        state = transition_state(self.archive)
-        eta = -1 if state.move_eta_s is None else state.move_eta_s
+        for name, text, current in (
+            ("archive_tier", "The stored tier, where the records are (stored_tier in status and /stats).",
+             ar.stored_tier),
+            ("archive_target_tier", "The tier the rule wants for the archived total, never below the stored one: "
+             "where the daemon moves the records (target_tier in status and /stats).", ar.target_tier),
+        ):  # fmt: skip
+            tier = gauge(f"partarchive_{name}", f"{text} 1 for that tier.", labels=("tier",))
+            for each in Tier:
+                tier.add_metric([ns, each.value], 1 if each.value == current else 0)
+            yield tier
+        yield gauge(
+            "partarchive_compression_ratio", "JSON bytes over sealed blobs' bytes, every seal so far.",
+            ar.compression_ratio,
+        )  # fmt: skip
+        t = snap.transition
         for name, text, value in (
-            ("transition_backlog", "Records still in the simple hash above the simple tier.", state.simple_left),
-            ("transition_rate", "Records moved per second since the move started.", state.move_rate),
-            ("transition_eta_seconds", "Estimated seconds until the move finishes (-1 unknown).", eta),
-            ("expired_share", "Share of archived partitions whose detail has expired.", state.expired_share),
-            ("expiry_lag_seconds", "How far the expiry sweep is behind the retention policy.", state.expiry_lag_s),
-            ("expiry_sweep_seconds", "Duration of the last expiry sweep step.", state.last_sweep_s),
-            ("retention_seconds", "The stored retention policy of the summary tier.", state.retention_s),
-        ):
+            ("transition_backlog", "Records still in the simple hash above the simple tier.", t.simple_left),
+            ("transition_rate", "Records moved per second since the move started.", t.move_rate),
+            ("transition_eta_seconds", "Estimated seconds until the move finishes (-1 unknown).",
+             -1 if t.move_eta_s is None else t.move_eta_s),
+            ("expired_share", "Share of archived partitions whose detail has expired.", t.expired_share),
+            ("expiry_lag_seconds", "How far the expiry sweep is behind the retention policy.", t.expiry_lag_s),
+            ("expiry_sweep_seconds", "Duration of the last expiry sweep step.", t.last_sweep_s),
+            ("retention_seconds", "The stored retention policy of the summary tier.", t.retention_s),
+        ):  # fmt: skip
             yield gauge(f"partarchive_{name}", text, value)
         yield gauge(
             "partarchive_archivers_alive",
             "Archivers whose health entry was refreshed within the staleness limit.",
-            len(Liveness(self.redis, self.keys).archivers()),
+            len(snap.archivers),
         )
-        stats_meta = {as_text(a): as_text(b) for a, b in stats_meta.items()}
         yield gauge(
             "partarchive_stats_check_ok",
             "Result of the last statistics consistency check (1 ok, 0 failed, -1 never run).",
-            stored_int(k.stats_meta, "last_check_ok", stats_meta.get("last_check_ok"), default=-1, minimum=-1),
+            snap.stats_check_ok,
         )
         yield gauge(
-            "partarchive_stats_check_timestamp_seconds",
-            "When the last consistency check ran.",
-            stored_int(k.stats_meta, "last_check_at", stats_meta.get("last_check_at"), default=0),
+            "partarchive_stats_check_timestamp_seconds", "When the last consistency check ran.", snap.stats_check_at
         )
-        yield from self._worker_latency({as_text(a): b for a, b in latency.items()})
-        unsealed = simple_count if meta.get("tier", Tier.SIMPLE.value) != Tier.SIMPLE.value else 0
-        yield from self._backlog_families(counts, total, int(length or 0), unsealed, *backlog)
+        yield from self._worker_latency(snap.complete_latency)
+        yield from self._backlog_families(snap)
 
-    def _backlog_families(
-        self, counts: dict[str, int], archived: int, queued: int, unsealed: int, *replies: Any
-    ) -> Iterator[Any]:
+    def _backlog_families(self, snap: NamespaceSnapshot) -> Iterator[Any]:
         """The answers to a backlog (compression skipped, archival paused) and the job's progress."""
-        pressure, unsealed_batches, paused, held, released, samples = replies
-        gauge = self._gauge
-        fields = {as_text(a): as_text(b) for a, b in pressure.items()}
-        skipping = fields.get("mode") == SKIP
-        since = float(fields.get("changed_at") or 0) if skipping else 0.0
+        gauge, p, state, job = self._gauge, snap.pressure, snap.archival, snap.progress
         yield gauge("partarchive_compression_skipped", "1 while archivers store records unsealed (a critical backlog).",
-                    int(skipping))  # fmt: skip
+                    int(p.skipping))  # fmt: skip
         yield gauge(
             "partarchive_compression_skipped_seconds",
             "How long compression has been skipped (0 when it is not).",
-            max(0.0, time.time() - since) if since else 0.0,
+            max(0.0, snap.read_at - p.since) if p.skipping and p.since else 0.0,
         )
-        yield gauge("partarchive_unsealed_records", "Records of a batch tier waiting to be sealed.", unsealed)
-        yield gauge("partarchive_unsealed_batches", "Batches stored unsealed, to seal.", int(unsealed_batches or 0))
-        state = parse_state(paused or None, held, released or None)
+        yield gauge("partarchive_unsealed_records", "Records of a batch tier waiting to be sealed.", p.unsealed_records)
+        yield gauge("partarchive_unsealed_batches", "Batches stored unsealed, to seal.", p.unsealed_batches)
         yield gauge("partarchive_archival_paused", "1 while archival is paused.", int(state.paused))
         yield gauge("partarchive_archival_share", "Gray release: percent of partitions archived (0 while paused).",
                     state.effective_share)  # fmt: skip
@@ -219,10 +178,9 @@ class LayerStateCollector(Collector):
         cohorts = gauge("partarchive_cohort_completions",
                         "Completions by gray-release cohort (held: kept in the active hash, released ones included).",
                         labels=("cohort",))  # fmt: skip
-        cohorts.add_metric([self.namespace, "archived"], max(0, archived + queued - state.released))
+        cohorts.add_metric([self.namespace, "archived"], max(0, job.archived + job.queued - state.released))
         cohorts.add_metric([self.namespace, "held"], state.held + state.released)
         yield cohorts
-        job = job_progress(counts, archived, queued, state.held, parse_samples(samples), time.time())
         parts = gauge("partarchive_job_partitions", "The job's partitions by state.", labels=("state",))
         for name in ("total", "done", "failed", "pending"):
             parts.add_metric([self.namespace, name], getattr(job, name))

@@ -14,6 +14,7 @@ from functools import cached_property
 import redis
 
 from archiver.config import Config
+from archiver.snapshot import NamespaceSnapshot, SnapshotReader
 from codec import ValidationError
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy
 from layers.control.liveness import Liveness
@@ -105,6 +106,14 @@ class Namespace:
     @cached_property
     def progress(self) -> ProgressLog:
         return ProgressLog(self.redis, self.keys)
+
+    @cached_property
+    def snapshots(self) -> SnapshotReader:
+        return SnapshotReader(self.redis, self.keys, self.policy, active=self.active)
+
+    def snapshot(self, *, rollups: bool = False) -> NamespaceSnapshot:
+        """The namespace's state, read once (`archiver.snapshot`)."""
+        return self.snapshots.read(rollups=rollups)
 
     @cached_property
     def stats_reader(self) -> StatsReader:

@@ -19,13 +19,21 @@ import redis
 from codec import DecodeError
 from layers import KeySchema
 from layers.plumbing.meta import stored_int
-from layers.plumbing.replies import as_text
+from layers.plumbing.replies import script_error
 from layers.plumbing.scripts import Scripts
 
 COARSE = 100
 _DAYS_PER_STEP = 366
 _RANGES_PER_STEP = 200
 _LOOKBACK_DAYS = 400
+
+
+def _refused(reply: Any, key: str, unchanged: str) -> None:
+    """Raise a compaction script's refusal (`script_error`): ``corrupt_meta`` as `CorruptMetadata`
+    naming ``key`` (or the coarse range's key the script names) and the field."""
+    refusal = script_error(reply, meta_key=key, unchanged=unchanged)
+    if refusal is not None:
+        raise DecodeError(f"{key}: {refusal.code} {refusal.detail}")
 
 
 def coarse_of(range_no: int) -> int:
@@ -105,8 +113,7 @@ class StatsCompactor:
         names = [name for name, found in zip(names, pipe.execute(), strict=True) if found]
         replies = self._scripts.run_many([("stats_roll_day", [self.keys.stats_day(name)], []) for name in names])
         for name, reply in zip(names, replies, strict=True):
-            if isinstance(reply, list):
-                raise DecodeError(f"{self.keys.stats_day(name)} field {as_text(reply[2])} is not a number")
+            _refused(reply, self.keys.stats_day(name), "nothing was rolled")
         self.redis.hset(self.keys.stats_meta, "compact_day", last)
         return max(sum(int(reply) > 0 for reply in replies), 1)
 
@@ -141,9 +148,7 @@ class StatsCompactor:
                 reply = self._scripts(
                     "stats_merge_range", [self.keys.stats_range(r), self.keys.stats_coarse(coarse_of(r))], []
                 )
-                if isinstance(reply, list):
-                    key = as_text(reply[3]) if len(reply) > 3 else self.keys.stats_range(r)
-                    raise DecodeError(f"{key} field {as_text(reply[2])} is not a number")
+                _refused(reply, self.keys.stats_range(r), "nothing was merged")
                 merged += 1
             cursor = r + 1
         if cursor != start:

@@ -28,6 +28,55 @@ def _avg(total: int, count: int) -> float:
     return round(total / count, 3) if count else 0.0
 
 
+def rollup_reads(pipe: Any, keys: KeySchema) -> None:
+    """Queue the reads of the completed rollups (global and per worker) on a pipeline; their two
+    replies are `rollup_view`'s."""
+    pipe.hgetall(keys.stats_global)
+    pipe.hgetall(keys.stats_workers)
+
+
+def _checked(reply: Any) -> Any:
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
+def rollup_view(active: dict[str, int], global_raw: Any, workers_raw: Any) -> dict[str, Any]:
+    """The statistics view (`StatsReader.stats`) from the active counts and the replies to
+    `rollup_reads`; raises `DecodeError`, or the Redis error a reply is."""
+    g = _ints(_checked(global_raw))
+    completed = g.get("completed", 0)
+    active_total = sum(active.values())
+    return {
+        "active": active,
+        "active_total": active_total,
+        "completed": {
+            "total_completed": completed,
+            "total_processed_data": g.get("processed", 0),
+            "total_duration": g.get("duration", 0),
+            "avg_duration": _avg(g.get("duration", 0), completed),
+            "last_updated": g.get("last_updated", 0),
+            "last_completed_at": g.get("last_completed_at", 0),
+        },
+        "workers": RangeSummaries.worker_totals(_ints(_checked(workers_raw))),
+        "total_partitions": active_total + completed,
+        "degraded": False,
+    }
+
+
+def degraded_view(active: dict[str, int], exc: Exception) -> dict[str, Any]:
+    """The statistics view when the rollups cannot be read: the active part, and why."""
+    return {
+        "active": active,
+        "active_total": sum(active.values()),
+        "completed": None,
+        "workers": None,
+        "archive": None,
+        "degraded": True,
+        "error": f"statistics unavailable: {exc}",
+    }
+
+
 class RangeSummaries:
     """The statistics of one ID range, read as steps (`layers.plumbing.steps`): the query router's fallback
     on either kind of client."""
@@ -77,7 +126,7 @@ class RangeSummaries:
         return summary
 
     @staticmethod
-    def _per_worker(fields: dict[str, int]) -> dict[str, dict[str, Any]]:
+    def worker_totals(fields: dict[str, int]) -> dict[str, dict[str, Any]]:
         """worker -> totals, from ID-named worker fields (a range's after `by_worker_id`)."""
         out: dict[str, dict[str, Any]] = {}
         for worker, kinds in per_worker(fields).items():
@@ -98,7 +147,7 @@ class RangeSummaries:
             "partition_count": f.get("count", 0),
             "data_range": {"min": f.get("min_id"), "max": f.get("max_id")},
             "processed_data": f.get("data", 0),
-            "worker_distribution": self._per_worker(f),
+            "worker_distribution": self.worker_totals(f),
             "completed_time_range": {"start": f.get("first_at"), "end": f.get("last_at")},
             "total_duration": f.get("duration", 0),
             "avg_duration": _avg(f.get("duration", 0), f.get("count", 0)),
@@ -123,8 +172,7 @@ class StatsReader(RangeSummaries):
         k = self.keys
         pipe = self.redis.pipeline(transaction=False)
         queue_counts(pipe, k)
-        pipe.hgetall(k.stats_global)
-        pipe.hgetall(k.stats_workers)
+        rollup_reads(pipe, k)
         pipe.hmget(k.archive_meta, ["total", "tier"])
         replies = pipe.execute(raise_on_error=False)
         counted, replies = replies[: len(COUNTED)], replies[len(COUNTED) :]
@@ -134,34 +182,15 @@ class StatsReader(RangeSummaries):
             if isinstance(reply, Exception):
                 raise reply
         active = counts_from(counted)
-        view: dict[str, Any] = {"active": active, "active_total": sum(active.values())}
         try:
-            for reply in replies:
-                if isinstance(reply, Exception):
-                    raise reply
-            g = _ints(replies[0])
-            completed = g.get("completed", 0)
-            meta = replies[2]
-            view["completed"] = {
-                "total_completed": completed,
-                "total_processed_data": g.get("processed", 0),
-                "total_duration": g.get("duration", 0),
-                "avg_duration": _avg(g.get("duration", 0), completed),
-                "last_updated": g.get("last_updated", 0),
-                "last_completed_at": g.get("last_completed_at", 0),
-            }
-            view["workers"] = self._per_worker(_ints(replies[1]))
-            view["archive"] = {
+            meta = _checked(replies[2])
+            archive = {
                 "archived_total": stored_int(k.archive_meta, "total", meta[0], default=0),
-                "tier": stored_tier(k.archive_meta, meta[1]).value,
+                "stored_tier": stored_tier(k.archive_meta, meta[1]).value,
             }
-            view["total_partitions"] = view["active_total"] + completed
-            view["degraded"] = False
+            return rollup_view(active, replies[0], replies[1]) | {"archive": archive}
         except (redis.RedisError, DecodeError) as exc:
-            view.update(
-                completed=None, workers=None, archive=None, degraded=True, error=f"statistics unavailable: {exc}"
-            )
-        return view
+            return degraded_view(active, exc)
 
     def range_summary(self, pid: int) -> dict[str, Any] | None:
         """The statistics of the ID range holding partition ``pid``."""

@@ -128,6 +128,7 @@ METRICS = [
     "partarchive_queue_oldest_pending_age_seconds",
     "partarchive_archived_partitions",
     "partarchive_archive_tier",
+    "partarchive_archive_target_tier",
     "partarchive_compression_ratio",
     "partarchive_decode_total",
     "partarchive_stats_flushes_total",

@@ -47,7 +47,8 @@ def test_the_overview_adds_up(server_redis: redis.Redis, namespace: str) -> None
     assert o["active"]["size"] == 10
     assert o["active"]["by_status"]["pending"] == 5
     assert o["active"]["by_status"]["claimed"] + o["active"]["by_status"].get("running", 0) == 5
-    assert o["archive"]["archived_total"] == 20 and o["archive"]["tier"] == "simple"
+    assert o["archive"]["archived_total"] == 20
+    assert o["archive"]["stored_tier"] == o["archive"]["target_tier"] == "simple"
     assert o["archive"]["bytes"]["index"] > 0 and o["archive"]["bytes"]["simple_hash"] > 0
     assert o["archive"]["bytes_per_partition"] > 0
     assert len(o["series"]) == 48
@@ -145,7 +146,7 @@ def test_the_dashboard_in_chromium(served: tuple[str, redis.Redis], request: pyt
             page.wait_for_function("document.getElementById('archived-total').textContent === '20'")
             assert page.text_content("#active-total") == "10"
             assert page.text_content("#dead-count") == "1"
-            assert page.text_content("#tier") == "simple"
+            assert page.text_content("#stored-tier") == page.text_content("#target-tier") == "simple"
             port, replicas = client.connection_pool.connection_kwargs["port"], client.info("replication")
             assert page.text_content("#redis-node").endswith(f":{port} (single, master)")
             assert page.text_content("#redis-replicas").endswith(f" of {replicas['connected_slaves']}")

@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from archiver import ArchiverDaemon, Config
 from archiver.daemon.loop import drain
 from archiver.output import json_bytes
-from codec import ArchivedPartition, DecodeError
+from codec import ArchivedPartition
 from layers import KeySchema
+from layers.errors import CorruptMetadata
 from layers.keys import ARCHIVER_GROUP
 from layers.plumbing.replies import as_text
 from stats import StatsChecker, StatsReader
@@ -86,13 +87,37 @@ def test_a_merge_checks_the_coarse_range_before_it_writes(real_redis: redis.Redi
     real_redis.hset(keys.stats_range(0), mapping=fine)
     real_redis.hset(keys.stats_coarse(0), mapping={"count": 1, "data": "1.5e3"})
     compactor = StatsCompactor(real_redis, keys, range_width=1000)
-    with pytest.raises(DecodeError, match=f"^{keys.stats_coarse(0)} field data is not a number$"):
+    with pytest.raises(CorruptMetadata, match=f"^{keys.stats_coarse(0)} data is not a number partarchive wrote; "):
         compactor.step(now=time.time())
     assert real_redis.hgetall(keys.stats_coarse(0)) == {b"count": b"1", b"data": b"1.5e3"}
     assert {as_text(k): as_text(v) for k, v in real_redis.hgetall(keys.stats_range(0)).items()} == fine
     real_redis.hset(keys.stats_coarse(0), "data", str(-(2**65)))
     assert compactor.step(now=time.time())
     assert real_redis.hgetall(keys.stats_coarse(0)) == {
-        b"count": b"3", b"data": str(2**70 - 2**65).encode(), b"min_id": b"5", b"last_at": b"1"
+        b"count": b"3",
+        b"data": str(2**70 - 2**65).encode(),
+        b"min_id": b"5",
+        b"last_at": b"1",
     }
     assert not real_redis.exists(keys.stats_range(0))
+
+
+@pytest.mark.parametrize("where", ["range", "day"])
+def test_a_compaction_refusal_names_the_key_and_field_as_corrupt_meta(
+    real_redis: redis.Redis, namespace: str, where: str
+) -> None:
+    """Both compaction scripts refuse a field that is not a number with the code every script uses
+    for it (``corrupt_meta``), read by the shared parser: the same typed error as the commit's."""
+    keys = KeySchema(namespace)
+    real_redis.hset(keys.archive_meta, "max_pid", 10)
+    if where == "range":
+        key, field = keys.stats_range(0), "count"
+        real_redis.hset(key, mapping={"count": "x", "last_at": "1"})
+    else:
+        key, field = keys.stats_day("1970-01-01"), "h03"
+        real_redis.hset(key, mapping={"h03": "1.5"})
+        real_redis.hset(keys.stats_global, mapping={"first_completed_at": 3 * 3600, "last_completed_at": 3 * 3600})
+    before = real_redis.hgetall(key)
+    with pytest.raises(CorruptMetadata, match=f"^{key} {field} is not a number partarchive wrote; nothing was"):
+        StatsCompactor(real_redis, keys, range_width=1000).step(now=time.time())
+    assert real_redis.hgetall(key) == before

@@ -87,7 +87,7 @@ def show_stats(client: redis.Redis, config: Config, *, range_no: int | None, day
         f"completed  {c['total_completed']:,} partitions, {c['total_processed_data']:,} IDs, "
         f"avg duration {c['avg_duration']} s"
     )
-    print(f"archive    tier {view['archive']['tier']}, {view['archive']['archived_total']:,} archived")
+    print(f"archive    stored tier {view['archive']['stored_tier']}, {view['archive']['archived_total']:,} archived")
     if view["workers"]:
         print(f"\n{'worker':24} {'completed':>10} {'avg s':>9} {'IDs':>14}")
         for worker, w in view["workers"].items():

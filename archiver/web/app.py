@@ -35,7 +35,6 @@ from archiver.web.docs import add_offline_redoc
 from archiver.web.errors import ErrorResponses, error_response
 from archiver.web.lookup import LoopRouters, PartitionLookupPath, ShortPath, answer_body
 from archiver.web.overview import NamespaceList, collect_overview
-from codec import PartArchiveError
 from layers import MAX_PARTITION_ID, WrongKeyType
 from layers.plumbing.meta import wrong_type_error_steps
 from layers.plumbing.steps import AsyncClient, AsyncIO
@@ -102,7 +101,6 @@ def create_app(
     once per event loop."""
     ns = Namespace(client, config)
     keys = ns.keys
-    reader = ns.stats_reader
     active = ns.active
     make_client = async_client or (lambda: async_twin(client))
     routers = LoopRouters(lambda: AsyncQueryRouter(make_client(), keys, policy=ns.archive.policy))
@@ -185,13 +183,10 @@ def create_app(
 
     @app.get("/stats", responses=ERRORS)
     def get_stats() -> dict[str, Any]:
-        """Active counts merged with the completed rollups, and the job's progress (done, failed,
-        completion rates over the last minutes and hours, ETA)."""
-        view = reader.stats()
-        try:
-            return view | {"progress": ns.progress.read(view["active"]).to_dict()}
-        except PartArchiveError as exc:  # damaged counters: the rest of the view still answers
-            return view | {"progress": None, "degraded": True, "error": f"progress unavailable: {exc}"}
+        """Active counts merged with the completed rollups, the archive (stored and target tier) and
+        the job's progress (done, failed, completion rates over the last minutes and hours, ETA): the
+        namespace snapshot, read once, as ``status`` and ``/metrics`` show it."""
+        return ns.snapshot(rollups=True).stats_dict()
 
     @app.get("/", include_in_schema=False)
     def dashboard() -> FileResponse:

@@ -14,7 +14,8 @@ import time
 from typing import Any
 
 from archiver.namespace import Namespace
-from archiver.status import collect_status
+from archiver.snapshot import ArchiveState
+from archiver.status import status_report
 from layers.keys import KeySchema
 from layers.plumbing.replies import as_text
 from stats.rollup import day_of
@@ -96,29 +97,28 @@ def _hourly(by_day: dict[str, dict[str, Any]], hours: range) -> list[dict[str, A
     return out
 
 
-def tier_bytes(ns: Namespace, archived_total: int) -> dict[str, Any]:
+def tier_bytes(ns: Namespace, archive: ArchiveState) -> dict[str, Any]:
     """Bytes each part of the archive takes, and per archived partition."""
-    k = ns.keys
     pipe = ns.redis.pipeline(transaction=False)
-    pipe.hmget(k.archive_meta, ["sealed_blob_bytes", "sealed_json_bytes"])
-    pipe.strlen(k.index)
-    pipe.memory_usage(k.completed, samples=5)
-    (blob, json_bytes), index, simple = pipe.execute()
-    parts = {"batches": int(blob or 0), "index": int(index or 0), "simple_hash": int(simple or 0)}
+    pipe.strlen(ns.keys.index)
+    pipe.memory_usage(ns.keys.completed, samples=5)
+    index, simple = pipe.execute()
+    parts = {"batches": archive.sealed_blob_bytes, "index": int(index or 0), "simple_hash": int(simple or 0)}
     total = sum(parts.values())
     return {
         "bytes": parts,
         "total_bytes": total,
-        "bytes_per_partition": round(total / archived_total, 2) if archived_total else None,
-        "sealed_json_bytes": int(json_bytes or 0),
+        "bytes_per_partition": round(total / archive.archived_total, 2) if archive.archived_total else None,
     }
 
 
 def collect_overview(ns: Namespace, namespaces: NamespaceList) -> dict[str, Any]:
+    """The dashboard's data: the namespace snapshot (`archiver.snapshot`, read once, shown under the
+    names ``status`` uses), the charts, the archive's bytes and the latest dead letters."""
+    snapshot = ns.snapshot()
+    status = status_report(ns, snapshot)
     now = time.time()
     hourly, per_minute = completion_series(ns, now)
-    archivers = ns.liveness.archivers()
-    status = collect_status(ns.redis, ns.config, archivers=archivers)
     letters = ns.queue.dead_letters(DEAD_LETTERS_SHOWN)
     return {
         "namespace": ns.config.namespace,
@@ -129,7 +129,7 @@ def collect_overview(ns: Namespace, namespaces: NamespaceList) -> dict[str, Any]
         "pressure": status["pressure"],
         "archival": status["archival"],
         "queue": status["queue"],
-        "archive": status["archive"] | tier_bytes(ns, status["archive"]["archived_total"]),
+        "archive": status["archive"] | tier_bytes(ns, snapshot.archive),
         "transition": status["transition"],
         "archivers": [
             {
@@ -140,7 +140,7 @@ def collect_overview(ns: Namespace, namespaces: NamespaceList) -> dict[str, Any]
                 "pending": h.pending,
                 "last_beat_age_s": round(max(0.0, now - h.last_beat), 1),
             }
-            for h in archivers
+            for h in snapshot.archivers
         ],
         "dead_letters": {"count": status["queue"]["dead_letters"], "latest": letters},
         "series": hourly,

@@ -73,14 +73,7 @@ class Liveness:
         """Archivers that beat within their ``stale_after_s`` (and dead ones too with
         ``include_dead``), by consumer name; an entry that does not decode counts as dead."""
         now = server_time(self.redis)
-        raw: Any = self.redis.hgetall(self.keys.archivers)
-        out = []
-        for name, value in sorted(raw.items()):
-            health = _decode(as_text(name), value)
-            alive = now - health.last_beat <= health.stale_after_s
-            if alive or include_dead:
-                out.append(_with_alive(health, alive))
-        return out
+        return archivers_from(self.redis.hgetall(self.keys.archivers), now, include_dead=include_dead)
 
     def forget_dead(self, forget_after_s: float = FORGET_AFTER_S) -> int:
         """Remove entries of archivers silent for ``forget_after_s``."""
@@ -114,6 +107,17 @@ class Liveness:
             "del_idle_consumers", [self.keys.queue], [ARCHIVER_GROUP, claim_idle_ms, *names]
         )
         return [as_text(name) for name in deleted]
+
+
+def archivers_from(raw: Any, now: float, *, include_dead: bool = False) -> list[ArchiverHealth]:
+    """`Liveness.archivers` from the health hash as read and the server's time then."""
+    out = []
+    for name, value in sorted(raw.items()):
+        health = _decode(as_text(name), value)
+        alive = now - health.last_beat <= health.stale_after_s
+        if alive or include_dead:
+            out.append(_with_alive(health, alive))
+    return out
 
 
 def _decode(name: str, value: bytes) -> ArchiverHealth:

@@ -121,16 +121,7 @@ class BacklogPressure:
         pipe.hlen(k.completed)
         pipe.zcard(k.unsealed)
         raw, simple, batches = pipe.execute()
-        fields = {as_text(a): as_text(b) for a, b in raw.items()}
-        return PressureState(
-            skipping=fields.get("mode") == SKIP,
-            since=_float(fields.get("changed_at")),
-            reason=fields.get("reason", ""),
-            critical_since=_float(fields.get("critical_since")),
-            times_on=int(_float(fields.get("times_on")) or 0),
-            unsealed_records=0 if tier is Tier.SIMPLE else int(simple),
-            unsealed_batches=int(batches),
-        )
+        return pressure_state(raw, simple, batches, tier)
 
     def decide(
         self, settings: PressureSettings, backlog: Backlog, tier: Tier, now: float | None = None
@@ -183,6 +174,21 @@ class BacklogPressure:
             pipe.hset(k.pressure, mapping={"mode": mode, "changed_at": round(now, 3), "reason": change.reason})
         pipe.execute()
         return change
+
+
+def pressure_state(raw: dict[Any, Any], simple: Any, batches: Any, tier: Tier) -> PressureState:
+    """The state from the pressure hash as read, the simple hash's size and the unsealed batches'
+    count; ``tier`` is the one in force (the simple hash of the simple tier waits for nothing)."""
+    fields = {as_text(a): as_text(b) for a, b in raw.items()}
+    return PressureState(
+        skipping=fields.get("mode") == SKIP,
+        since=_float(fields.get("changed_at")),
+        reason=fields.get("reason", ""),
+        critical_since=_float(fields.get("critical_since")),
+        times_on=int(_float(fields.get("times_on")) or 0),
+        unsealed_records=0 if tier is Tier.SIMPLE else int(simple),
+        unsealed_batches=int(batches),
+    )
 
 
 def _float(raw: str | None) -> float | None:

@@ -157,7 +157,8 @@ function show(o) {
   $("dead-count").textContent = fmt(o.dead_letters.count);
 
   const a = o.archive;
-  $("tier").textContent = a.tier;
+  $("stored-tier").textContent = a.stored_tier;
+  $("target-tier").textContent = a.target_tier === a.stored_tier ? a.target_tier : `${a.target_tier} (a move is due)`;
   $("archived-total").textContent = fmt(a.archived_total);
   $("bytes-per-partition").textContent = a.bytes_per_partition === null ? "–" : `${a.bytes_per_partition} B`;
   $("compression").textContent = a.compression_ratio ? `${a.compression_ratio}x` : "–";

@@ -2,8 +2,8 @@
 -- (exactly, whatever the size: _decimal.lua), min_id/first_at keep the smaller, max_id/last_at
 -- the larger. Both hashes are read and checked before the first write.
 -- KEYS[1] range hash   KEYS[2] coarse range hash
--- Returns the fields merged, or {'err', 'corrupt', field} (nothing written), with the coarse
--- range's key after the field when the field is the coarse range's.
+-- Returns the fields merged, or {'err', 'corrupt_meta', field} (nothing written); the detail is
+-- the coarse range's key and the field when the field is the coarse range's.
 -- include: _decimal.lua
 local fields = redis.call('HGETALL', KEYS[1])
 if #fields == 0 then
@@ -12,7 +12,7 @@ end
 local names = {}
 for i = 1, #fields, 2 do
   if not string.find(fields[i + 1], '^%-?%d+$') then
-    return {'err', 'corrupt', fields[i]}
+    return {'err', 'corrupt_meta', fields[i]}
   end
   names[#names + 1] = fields[i]
 end
@@ -22,7 +22,7 @@ for first = 1, #names, 500 do -- well inside Lua's limit on unpacked arguments
   for j = 1, math.min(#names, first + 499) - first + 1 do
     local value = values[j]
     if value and not string.find(value, '^%-?%d+$') then
-      return {'err', 'corrupt', names[first + j - 1], KEYS[2]}
+      return {'err', 'corrupt_meta', KEYS[2] .. ' ' .. names[first + j - 1]}
     end
     current[first + j - 1] = value
   end

@@ -2,14 +2,14 @@
 -- and removed. Per-worker fields (w:...) are daily already and stay. Late completions of the
 -- day add new hourly fields, which the next roll adds to `d` again.
 -- KEYS[1] day hash
--- Returns the completions rolled, or {'err', 'corrupt', field} (nothing written).
+-- Returns the completions rolled, or {'err', 'corrupt_meta', field} (nothing written).
 local fields = redis.call('HGETALL', KEYS[1])
 local sum, hours = 0, {}
 for i = 1, #fields, 2 do
   local name = fields[i]
   if string.find(name, '^h%d%d$') then
     if not string.find(fields[i + 1], '^%-?%d+$') then
-      return {'err', 'corrupt', name}
+      return {'err', 'corrupt_meta', name}
     end
     sum = sum + tonumber(fields[i + 1])
     hours[#hours + 1] = name

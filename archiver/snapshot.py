@@ -1,0 +1,261 @@
+"""One namespace's state, read once: the single place that reads it for every face.
+
+`partarchive status`, the HTTP ``/stats``, ``/metrics`` (`archiver.metrics.LayerStateCollector`)
+and the dashboard (`archiver.web.overview`) each read one `NamespaceSnapshot` per request or
+scrape, in one pipelined round trip (two in a namespace bound to elk_coordinator's keys, whose
+active counts are recounted first), and show its values under the same names.
+
+Two tiers are shown, each under its own name: ``stored_tier``, the tier the archive meta holds
+(where the records are stored now), and ``target_tier``, the tier rule's for the archived total,
+never below the stored one (`TierPolicy.tier_after`: where the daemon moves them). They differ
+only while a move is due, e.g. after the thresholds were lowered.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import redis
+
+from codec import PartArchiveError
+from layers import ActiveLayer, KeySchema, Tier, TierPolicy
+from layers.active.reads import COUNTED, counts_from, queue_counts
+from layers.archive.queue import QueueState, oldest_pending_age
+from layers.archive.transitions import TransitionState
+from layers.control.liveness import ArchiverHealth, archivers_from, server_time
+from layers.control.pressure import PressureState, pressure_state
+from layers.control.switch import ArchivalState, parse_state
+from layers.keys import ARCHIVER_GROUP
+from layers.plumbing.meta import is_wrong_type, stored_float, stored_int, stored_tier, wrong_type_error
+from layers.plumbing.replies import as_text
+from stats.progress import JobProgress, job_progress, parse_samples
+from stats.reader import degraded_view, rollup_reads, rollup_view
+
+#: The archive meta's counters of the tier move and the expiry (`TransitionState`).
+MOVE_FIELDS = ("move_cursor", "max_pid", "moved", "expired", "expire_cursor", "move_started_at")
+#: What the archive meta hash is read for (`HMGET`: the hash may hold more).
+META_FIELDS = ("tier", "total", "sealed_json_bytes", "sealed_blob_bytes", "retention_s", "last_sweep_s", *MOVE_FIELDS)
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveState:
+    archived_total: int
+    stored_tier: str  # as the archive meta holds it: where the records are stored now
+    target_tier: str  # the tier rule's for the total, never below the stored one: where the daemon moves them
+    simple_tier: int  # records in the simple hash
+    open_batches: int
+    compression_ratio: float  # JSON bytes of every record sealed so far over their blobs' bytes (0: none yet)
+    sealed_blob_bytes: int
+    sealed_json_bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceSnapshot:
+    namespace: str
+    read_at: float  # unix time of the read (this host's clock, as the progress samples')
+    by_status: dict[str, int]
+    active_size: int
+    queue: QueueState
+    archive: ArchiveState
+    transition: TransitionState
+    pressure: PressureState
+    archival: ArchivalState
+    progress: JobProgress
+    archivers: list[ArchiverHealth]  # those alive
+    stats_check_ok: int  # 1 ok, 0 failed, -1 never run
+    stats_check_at: int
+    complete_latency: dict[str, Any]  # `KeySchema.complete_latency` as read
+    rollups: dict[str, Any] | None  # `stats.reader.rollup_view` (or its degraded form), if asked for
+
+    def queue_dict(self) -> dict[str, Any]:
+        q = self.queue
+        return {
+            "backlog": q.length,
+            "pending": q.pending,
+            "oldest_pending_age_s": round(q.oldest_pending_age_s, 3),
+            "lag": q.lag,
+            "consumers": q.consumers,
+            "dead_letters": q.dead_letters,
+        }
+
+    def status_dict(self) -> dict[str, Any]:
+        """The namespace's part of ``partarchive status --json`` and of the dashboard's data."""
+        return {
+            "namespace": self.namespace,
+            "active": {"size": self.active_size, "by_status": self.by_status},
+            "progress": self.progress.to_dict(),
+            "archive": self.archive.to_dict(),
+            "transition": self.transition.to_dict(),
+            "queue": self.queue_dict(),
+            "pressure": self.pressure.to_dict(),
+            "archival": self.archival.to_dict(),
+            "archivers_alive": len(self.archivers),
+        }
+
+    def stats_dict(self) -> dict[str, Any]:
+        """The body of ``/stats`` (read with ``rollups``): the statistics view, with the snapshot's
+        archive and progress."""
+        if self.rollups is None:
+            raise ValueError("the snapshot was read without the rollups")
+        return self.rollups | {"archive": self.archive.to_dict(), "progress": self.progress.to_dict()}
+
+
+class SnapshotReader:
+    """Reads `NamespaceSnapshot`s of one namespace; ``active`` recounts a bound namespace's
+    partitions (`ActiveLayer.counts`), built on first need if not given."""
+
+    def __init__(
+        self, client: redis.Redis, keys: KeySchema, policy: TierPolicy, *, active: ActiveLayer | None = None
+    ) -> None:
+        self.redis = client
+        self.keys = keys
+        self.policy = policy
+        self._active = active
+
+    def read(self, *, rollups: bool = False) -> NamespaceSnapshot:
+        """The snapshot; ``rollups`` adds the completed statistics (``/stats``) to the same round trip.
+        Raises `PartArchiveError` subclasses for data partarchive did not write."""
+        k = self.keys
+        recounted = None
+        if k.elk_prefix is not None:
+            self._active = self._active or ActiveLayer(self.redis, k)
+            recounted = self._active.counts()
+        clustered = isinstance(self.redis, redis.RedisCluster)  # whose pipelines refuse TIME: asked apart
+        pipe = self.redis.pipeline(transaction=False)
+        queue_counts(pipe, k)
+        pipe.hlen(k.active)
+        pipe.xlen(k.queue)
+        xpending = len(pipe)
+        pipe.xpending(k.queue, ARCHIVER_GROUP)
+        pipe.xlen(k.dead_letter)
+        pipe.hmget(k.archive_meta, list(META_FIELDS))
+        pipe.hlen(k.completed)
+        pipe.zcard(k.open_batches)
+        pipe.zrange(k.expiry, 0, 0, withscores=True)
+        pipe.hmget(k.stats_meta, ["last_check_ok", "last_check_at"])
+        pipe.hgetall(k.complete_latency)
+        pipe.hgetall(k.pressure)
+        pipe.zcard(k.unsealed)
+        pipe.get(k.archival_paused)
+        pipe.zcard(k.archival_held)
+        pipe.get(k.archival_released)
+        pipe.hgetall(k.progress)
+        pipe.hgetall(k.archivers)
+        if not clustered:
+            pipe.time()
+        mine = len(pipe)
+        if rollups:
+            rollup_reads(pipe, k)
+        replies = pipe.execute(raise_on_error=False)
+        for i, reply in enumerate(replies[:mine]):
+            if is_wrong_type(reply):
+                raise wrong_type_error(self.redis, k)
+            if isinstance(reply, Exception) and i != xpending:  # an error there: no group yet
+                raise reply
+        by_status = recounted if recounted is not None else counts_from(replies[: len(COUNTED)])
+        server_now = server_time(self.redis) if clustered else _unix(replies[mine - 1])
+        return self._parse(by_status, server_now, replies[len(COUNTED) : mine], replies[mine:] if rollups else None)
+
+    def _parse(
+        self, by_status: dict[str, int], server_now: float, replies: list[Any], rolled: list[Any] | None
+    ) -> NamespaceSnapshot:
+        k = self.keys
+        size, length, pending, dead, raw_meta, simple, open_batches, oldest, check, latency, *rest = replies
+        pressure, unsealed, paused, held, released, samples, health = rest[:7]
+        now = time.time()
+        meta = dict(zip(META_FIELDS, raw_meta, strict=True))
+        total = stored_int(k.archive_meta, "total", meta["total"], default=0)
+        stored = stored_tier(k.archive_meta, meta["tier"])
+        target = self.policy.tier_after(stored, total)
+        archive = _archive_state(k, meta, total, stored, target, int(simple), int(open_batches))
+        queue = _queue_state(int(length), pending, int(dead))
+        archival = parse_state(paused, held, released)
+        view = None
+        if rolled is not None:
+            try:
+                view = rollup_view(by_status, *rolled)
+            except (redis.RedisError, PartArchiveError) as exc:
+                view = degraded_view(by_status, exc)
+        return NamespaceSnapshot(
+            namespace=k.namespace,
+            read_at=now,
+            by_status=by_status,
+            active_size=int(size),
+            queue=queue,
+            archive=archive,
+            transition=self._transition(meta, total, target, int(simple), oldest, now),
+            pressure=pressure_state(pressure, simple, unsealed, target),
+            archival=archival,
+            progress=job_progress(by_status, total, queue.length, archival.held, parse_samples(samples), now),
+            archivers=archivers_from(health, server_now),
+            stats_check_ok=stored_int(k.stats_meta, "last_check_ok", check[0], default=-1, minimum=-1),
+            stats_check_at=stored_int(k.stats_meta, "last_check_at", check[1], default=0),
+            complete_latency={as_text(a): b for a, b in latency.items()},
+            rollups=view,
+        )
+
+    def _transition(
+        self, meta: dict[str, Any], total: int, tier: Tier, simple: int, oldest: Any, now: float
+    ) -> TransitionState:
+        """`layers.archive.transitions.transition_state`, from the snapshot's replies."""
+        key, policy = self.keys.archive_meta, self.policy
+        n = {name: int(stored_float(key, name, meta[name])) for name in MOVE_FIELDS}
+        retention = stored_int(key, "retention_s", meta["retention_s"], default=policy.retention_s)
+        last_batch = policy.batch_of(n["max_pid"])
+        backlog = simple if tier is not Tier.SIMPLE else 0
+        elapsed = now - n["move_started_at"] if n["move_started_at"] else 0.0
+        rate = n["moved"] / elapsed if elapsed > 0 and n["moved"] else 0.0
+        lag = max(0.0, now - retention - oldest[0][1]) if oldest else 0.0
+        return TransitionState(
+            tier=tier.value,
+            simple_left=backlog,
+            move_cursor=n["move_cursor"],
+            last_batch=last_batch,
+            moved=n["moved"],
+            move_rate=round(rate, 1),
+            move_eta_s=round(backlog / rate, 1) if backlog and rate else (0.0 if not backlog else None),
+            expired=n["expired"],
+            expired_share=round(n["expired"] / total, 6) if total else 0.0,
+            expiry_indexed=n["expire_cursor"] > last_batch,
+            expiry_lag_s=round(lag, 1),
+            last_sweep_s=stored_float(key, "last_sweep_s", meta["last_sweep_s"]),
+            retention_s=retention,
+        )
+
+
+def _unix(reply: Any) -> float:
+    seconds, micros = reply
+    return int(seconds) + int(micros) / 1e6
+
+
+def _archive_state(
+    k: KeySchema, meta: dict[str, Any], total: int, stored: Tier, target: Tier, simple: int, open_batches: int
+) -> ArchiveState:
+    json_bytes = stored_int(k.archive_meta, "sealed_json_bytes", meta["sealed_json_bytes"], default=0)
+    blob_bytes = stored_int(k.archive_meta, "sealed_blob_bytes", meta["sealed_blob_bytes"], default=0)
+    return ArchiveState(
+        archived_total=total,
+        stored_tier=stored.value,
+        target_tier=target.value,
+        simple_tier=simple,
+        open_batches=open_batches,
+        compression_ratio=round(json_bytes / blob_bytes, 2) if blob_bytes else 0.0,
+        sealed_blob_bytes=blob_bytes,
+        sealed_json_bytes=json_bytes,
+    )
+
+
+def _queue_state(length: int, pending: Any, dead: int) -> QueueState:
+    """`ArchiveQueue.state` from the replies: entries are deleted when acknowledged, so those not
+    delivered yet are the stream's length minus the pending ones (XINFO's lag is unknown after
+    deletions); before the group exists (an error reply) nothing is pending and the lag unknown."""
+    if not isinstance(pending, dict):
+        return QueueState(length, 0, 0.0, 0, dead)
+    held = int(pending["pending"])
+    consumers = len(pending.get("consumers") or [])
+    return QueueState(length, held, oldest_pending_age(pending), consumers, dead, max(0, length - held))
