@@ -24,6 +24,7 @@ from layers.plumbing.replies import as_text
 from layers.plumbing.slot_moves import ride_out
 from stats import StatsCompactor, StatsReader
 from stats.commit import CommitBuffer
+from stats.commit_rollups import commit_buffer
 from stats.progress import ProgressLog
 
 
@@ -113,7 +114,7 @@ class Namespace:
     def commit_buffer(self) -> CommitBuffer:
         """The archiver's buffer of entries waiting for their commit (one per daemon)."""
         cfg = self.config
-        return CommitBuffer(
+        return commit_buffer(
             self.archive,
             flush_count=cfg.stats_flush_count,
             flush_interval_s=cfg.stats_flush_interval_s,

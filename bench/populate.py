@@ -175,9 +175,9 @@ def write_stats(
     stored tier (the default policy takes a million partitions to the summary tier).
     """
     from layers import ArchiveLayer
-    from stats.commit import Committer
+    from stats.commit_rollups import committer as archive_committer
 
-    committer = Committer(ArchiveLayer(client, keys, policy), range_width)
-    committer.check_range_width()
+    committer = archive_committer(ArchiveLayer(client, keys, policy), range_width)
+    committer.check_statistics()
     for records in _chunks(parts, chunk):
         committer.statistics_only(records)

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, KeySchema
-from stats.commit import CommitResult, Committer, Pending, index_bits
+from stats.commit import CommitResult, Pending, index_bits
+from stats.commit_rollups import committer as archive_committer
 
 CLOSE = [9, 10, 11, 17, 8, 1000, 7, 3, 31_999, 4242]  # within 4,000 bytes of the bitmap
 WIDE = [5, 70_000, 1_000_000, 123, 2**32 - 1, 64]  # wider: BITFIELD
@@ -30,7 +31,7 @@ def test_bits_are_set_for_the_counted_pids_and_a_counted_one_is_named(
 ) -> None:
     keys = KeySchema.of(namespace, client=any_redis)
     ArchiveQueue(any_redis, keys).ensure_group()
-    committer = Committer(ArchiveLayer(any_redis, keys))
+    committer = archive_committer(ArchiveLayer(any_redis, keys))
     order = list(pids)
     random.Random(7).shuffle(order)
     first, rest = order[: len(order) // 2], order[len(order) // 2 :]
@@ -62,7 +63,7 @@ def test_a_page_of_bytes_ors_into_the_bitmap_and_names_exactly_the_counted(
     real_redis.delete(keys.index, keys.archive_meta)
     for pid in before:
         real_redis.setbit(keys.index, pid, 1)
-    committer = Committer(ArchiveLayer(real_redis, keys))
+    committer = archive_committer(ArchiveLayer(real_redis, keys))
     assert index_bits(sorted(page))[0] == "bytes"
     pending = Pending.of([("-", _part(p)) for p in sorted(page)])
     result = committer.result(committer._run(committer.call(pending)))

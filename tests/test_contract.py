@@ -14,7 +14,7 @@ from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy
 from layers.archive.queue import QueueEntry
 from stats import StatsChecker, StatsReader
-from stats.commit import CommitBuffer
+from stats.commit_rollups import commit_buffer
 from tests.flavours import Flavour
 
 NOW = 1_763_900_000
@@ -61,7 +61,7 @@ def test_commit_counts_each_partition_once(any_redis: redis.Redis, namespace: st
     keys = KeySchema.of(namespace, client=any_redis)
     archive = ArchiveLayer(any_redis, keys)
     ArchiveQueue(any_redis, keys).ensure_group()
-    stats = CommitBuffer(archive, flush_count=1000)
+    stats = commit_buffer(archive, flush_count=1000)
     parts = _parts(1, 10)
     archive.write_detail(parts)
     stats.add([("-", p) for p in parts])

@@ -15,6 +15,7 @@ from layers.archive.shelves import SlotWrite
 from layers.control.maintenance import MaintenanceLock
 from stats import StatsChecker, StatsReader
 from stats.commit import CommitBuffer
+from stats.commit_rollups import commit_buffer
 from tests.conftest import Clock
 from tests.helpers import complete_partitions, kill_archiver_when, start_archiver, wait_for
 
@@ -42,7 +43,7 @@ def queued(client: redis.Redis, namespace: str, parts: list[ArchivedPartition]) 
 
 def accumulator(client: redis.Redis, namespace: str, **kw: object) -> CommitBuffer:
     archive = ArchiveLayer(client, KeySchema(namespace), TierPolicy())
-    return CommitBuffer(archive, **kw)  # type: ignore[arg-type]
+    return commit_buffer(archive, **kw)  # type: ignore[arg-type]
 
 
 def test_flush_by_count(real_redis: redis.Redis, namespace: str) -> None:
@@ -191,7 +192,7 @@ def archive_known_parts(client: redis.Redis, namespace: str, policy: TierPolicy)
     entries = queued(client, namespace, known_parts())
     archive.write_detail([p for _, p in entries])
     archive.seal_idle()
-    acc = CommitBuffer(archive, range_width=5)
+    acc = commit_buffer(archive, range_width=5)
     acc.add(entries)
     acc.flush()
     return archive

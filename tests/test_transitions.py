@@ -212,12 +212,12 @@ def test_retention_changed_at_run_time(real_redis: redis.Redis, namespace: str) 
 
 def test_statistics_keep_their_own_retention(real_redis: redis.Redis, namespace: str) -> None:
     from stats import StatsCompactor
-    from stats.commit import CommitBuffer
+    from stats.commit_rollups import commit_buffer
 
     keys = KeySchema(namespace)
     layer = ArchiveLayer(real_redis, keys, TierPolicy())
     ArchiveQueue(real_redis, keys).ensure_group()
-    acc = CommitBuffer(layer, flush_count=10_000, range_width=100)
+    acc = commit_buffer(layer, flush_count=10_000, range_width=100)
     old, young = NOW - 40 * 86400, NOW - 3600
     parts = [
         ArchivedPartition(p, p * 10, p * 10 + 9, f"w{p % 3}", (old if p <= 1000 else young) + p, 5)
@@ -262,7 +262,7 @@ def test_compaction_before_the_first_commit_leaves_the_ranges_alone(real_redis: 
     """A maintenance round in a namespace with nothing counted yet (an idle daemon) must not move the
     merge cursor past ranges that simply have no statistics yet."""
     from stats import StatsCompactor
-    from stats.commit import CommitBuffer
+    from stats.commit_rollups import commit_buffer
 
     keys = KeySchema(namespace)
     compactor = StatsCompactor(real_redis, keys, range_width=100, range_keep_days=30)
@@ -272,7 +272,7 @@ def test_compaction_before_the_first_commit_leaves_the_ranges_alone(real_redis: 
     ArchiveQueue(real_redis, keys).ensure_group()
     parts = [ArchivedPartition(p, p * 10, p * 10 + 9, "w", NOW - 60, 5) for p in range(1, 301)]
     layer.write_detail(parts)
-    acc = CommitBuffer(layer, range_width=100)
+    acc = commit_buffer(layer, range_width=100)
     acc.add([("-", p) for p in parts])
     acc.flush()
     while compactor.step(now=NOW):
@@ -282,12 +282,12 @@ def test_compaction_before_the_first_commit_leaves_the_ranges_alone(real_redis: 
 
 def test_day_rolls_stop_at_the_newest_completions_day(real_redis: redis.Redis, namespace: str) -> None:
     from stats import StatsCompactor
-    from stats.commit import CommitBuffer
+    from stats.commit_rollups import commit_buffer
 
     keys = KeySchema(namespace)
     layer = ArchiveLayer(real_redis, keys, TierPolicy())
     ArchiveQueue(real_redis, keys).ensure_group()
-    acc = CommitBuffer(layer, range_width=100)
+    acc = commit_buffer(layer, range_width=100)
     old = NOW - 400 * 86400  # an import of last year's work: a year of empty days lies between it and now
     parts = [ArchivedPartition(p, p * 10, p * 10 + 9, "w", old + p * 3600, 5) for p in range(1, 49)]
     layer.write_detail(parts)

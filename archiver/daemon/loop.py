@@ -188,7 +188,7 @@ class ArchiverDaemon:
         self.namespace.remember_binding()
         self.archive.check_meta()
         self.archive.check_batch_size()
-        self.commit_buffer.check_range_width()
+        self.commit_buffer.committer.check_statistics()
 
     def flush(self) -> None:
         """Commit what is buffered (also done on stop).

@@ -34,7 +34,7 @@ from archiver.metrics import STATS_FLUSHES
 from archiver.namespace import Namespace
 from codec.page import Columns, read_payloads
 from layers import QueueEntry, StaleWorkerNumbers, Tier
-from stats.commit import Call, CommitResult, Detail, Pending
+from stats.commit import CommitCall, CommitResult, Detail, Pending
 
 log = structlog.get_logger("partarchive.archiver")
 T = TypeVar("T")
@@ -60,8 +60,8 @@ class PageArchiver:
         self.dead_lettered = 0
         self._after_read = after_read
         self.read_wait_s = 0.0  # how long the last read waited for new entries (idle time)
-        self._prepared: tuple[Pending, Call] | None = None  # the next commit, built, not sent yet
-        self._unsent: tuple[Pending, Call] | None = None  # the commit to send once this page's reads are in
+        self._prepared: tuple[Pending, CommitCall] | None = None  # the next commit, built, not sent yet
+        self._unsent: tuple[Pending, CommitCall] | None = None  # the commit to send once this page's reads are in
         self._sent: Pending | None = None  # what the commit sent with this page commits (reply not read yet)
         self._unwritten_ids: list[str] = []  # entries of pages whose seals are deferred (`ArchiveLayer.seal_page`)
         self._flushes = STATS_FLUSHES.labels(namespace=ns.keys.namespace)
@@ -206,11 +206,11 @@ class PageArchiver:
         if self.commit_buffer.pending:
             self._note(self.commit_buffer.flush())
 
-    def _prepare(self) -> tuple[Pending, Call]:
+    def _prepare(self) -> tuple[Pending, CommitCall]:
         """Take everything buffered and build its commit (given back to the buffer on failure)."""
         pending = self.commit_buffer.take()
         try:
-            self.committer.check_range_width()
+            self.committer.check_statistics()
             return pending, self.committer.call(pending)
         except BaseException:
             self.commit_buffer.restore(pending)
@@ -251,7 +251,7 @@ class PageArchiver:
             self._send(prepared)  # given back to the buffer if it fails
             self._sent = prepared[0]
 
-    def _send(self, prepared: tuple[Pending, Call]) -> None:
+    def _send(self, prepared: tuple[Pending, CommitCall]) -> None:
         """Send a commit without waiting (its reply: `_settle`)."""
         assert self.reader is not None
         pending, call = prepared
@@ -261,7 +261,7 @@ class PageArchiver:
             self.commit_buffer.restore(pending)
             raise
 
-    def _restore(self, prepared: tuple[Pending, Call] | None) -> None:
+    def _restore(self, prepared: tuple[Pending, CommitCall] | None) -> None:
         if prepared is not None:
             self.commit_buffer.restore(prepared[0])
 

@@ -39,6 +39,7 @@ from codec import ArchivedPartition
 from layers import Tier
 from layers.elk import ElkSource, FamilySurvey, Item, Rejected
 from stats.commit import CommitBuffer
+from stats.commit_rollups import commit_buffer
 
 SOURCES = ("active", "archived", "batch")
 CHUNK = 2000
@@ -230,7 +231,7 @@ class ElkMigration:
     def _commit_buffer(self) -> CommitBuffer:
         buffer: CommitBuffer | None = getattr(self._buffers, "buffer", None)
         if buffer is None:  # flushed by `_import`, one commit per chunk
-            buffer = self._buffers.buffer = CommitBuffer(
+            buffer = self._buffers.buffer = commit_buffer(
                 self.archive, flush_count=2**62, flush_interval_s=3600, range_width=self.config.stats_range_width
             )
         return buffer
