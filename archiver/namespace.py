@@ -16,6 +16,7 @@ import redis
 from archiver.config import Config
 from codec import ValidationError
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy
+from layers.archive.commit import CommitBuffer
 from layers.control.liveness import Liveness
 from layers.control.maintenance import MaintenanceLock
 from layers.control.pressure import BacklogPressure
@@ -23,7 +24,6 @@ from layers.control.switch import ArchivalSwitch
 from layers.plumbing.replies import as_text
 from layers.plumbing.slot_moves import ride_out
 from stats import StatsCompactor, StatsReader
-from stats.commit import CommitBuffer
 from stats.commit_rollups import commit_buffer
 from stats.progress import ProgressLog
 

@@ -1,6 +1,6 @@
 """The statistics' part of the archive's commit, and the commit wired with it.
 
-The commit (`stats.commit`) counts partitions, acknowledges their entries and applies their
+The commit (`layers.archive.commit`) counts partitions, acknowledges their entries and applies their
 statistics in one script call; which hashes those statistics touch and by how much is this
 layer's business (`stats.rollup`). `CommitRollups` computes it for every call the commit builds
 (again for a commit sent again without the partitions found counted), and holds the namespace
@@ -17,8 +17,8 @@ import redis
 from codec import ValidationError, WorkerMap
 from codec.page import Columns
 from layers import ArchiveLayer, KeySchema
+from layers.archive.commit import DEFAULT_FLUSH_COUNT, DEFAULT_FLUSH_INTERVAL_S, CommitBuffer, Committer
 from layers.plumbing.meta import stored_int
-from stats.commit import DEFAULT_FLUSH_COUNT, DEFAULT_FLUSH_INTERVAL_S, CommitBuffer, Committer
 from stats.rollup import DEFAULT_RANGE_WIDTH, rollup_segments
 
 

@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from archiver.engine.local_cluster import Node as LocalNode
 from codec import ArchivedPartition
 from layers import ActiveLayer, ArchiveLayer, KeySchema
-from stats.commit import CommitResult, Pending
+from layers.archive.commit import CommitResult, Pending
 from stats.commit_rollups import committer as archive_committer
 
 

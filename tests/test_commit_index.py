@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, KeySchema
-from stats.commit import CommitResult, Pending, index_bits
+from layers.archive.commit import CommitResult, Pending, index_bits
 from stats.commit_rollups import committer as archive_committer
 
 CLOSE = [9, 10, 11, 17, 8, 1000, 7, 3, 31_999, 4242]  # within 4,000 bytes of the bitmap

@@ -8,9 +8,9 @@ import redis
 
 from codec.page import read_payloads
 from layers import ArchiveLayer, ArchiveQueue, KeySchema
+from layers.archive.commit import Pending
 from layers.archive.queue import QueueEntry
 from layers.plumbing.replies import as_text
-from stats.commit import Pending
 from stats.commit_rollups import committer as archive_committer
 from tests.helpers import complete_partitions
 

@@ -15,9 +15,9 @@ from archiver.daemon.loop import drain
 from archiver.web import create_app
 from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy, WrongKeyType
+from layers.archive.commit import Pending
 from layers.control.liveness import Liveness
 from layers.errors import CorruptMetadata
-from stats.commit import Pending
 from stats.commit_rollups import committer as archive_committer
 from tests.flavours import Flavour
 from tests.helpers import complete_partitions, run_cli

@@ -11,10 +11,10 @@ from archiver import ArchiverDaemon, Config
 from archiver.daemon.loop import drain
 from codec import ArchivedPartition
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy
+from layers.archive.commit import CommitBuffer
 from layers.archive.shelves import SlotWrite
 from layers.control.maintenance import MaintenanceLock
 from stats import StatsChecker, StatsReader
-from stats.commit import CommitBuffer
 from stats.commit_rollups import commit_buffer
 from tests.conftest import Clock
 from tests.helpers import complete_partitions, kill_archiver_when, start_archiver, wait_for

@@ -11,7 +11,7 @@ import redis
 
 from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, Tier, TierPolicy
-from stats.commit import Pending
+from layers.archive.commit import Pending
 from stats.commit_rollups import committer as archive_committer
 
 POLICY = TierPolicy(compressed_from=1_000, summary_above=5_000)

@@ -2,7 +2,7 @@
 
 A page (up to ``read_count`` entries) is read into columns (`codec.page`); entries that cannot be
 archived go to the dead letters; the detail of the rest is written in the current tier, and they
-wait in the `CommitBuffer` for their commit (`stats.commit`: counted once, acknowledged in the
+wait in the `CommitBuffer` for their commit (`layers.archive.commit`: counted once, acknowledged in the
 same script). In a batch tier the detail is sealed before the commit; in the simple tier (and in
 a batch tier storing unsealed in a critical backlog) it travels inside the commit when the page
 makes a commit due, and is written at once otherwise, so a partition waiting for its commit is
@@ -34,7 +34,7 @@ from archiver.metrics import STATS_FLUSHES
 from archiver.namespace import Namespace
 from codec.page import Columns, read_payloads
 from layers import QueueEntry, StaleWorkerNumbers, Tier
-from stats.commit import CommitCall, CommitResult, Detail, Pending
+from layers.archive.commit import CommitCall, CommitResult, Detail, Pending
 
 log = structlog.get_logger("partarchive.archiver")
 T = TypeVar("T")

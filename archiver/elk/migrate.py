@@ -37,8 +37,8 @@ from archiver.config import Config
 from archiver.namespace import Namespace
 from codec import ArchivedPartition
 from layers import Tier
+from layers.archive.commit import CommitBuffer
 from layers.elk import ElkSource, FamilySurvey, Item, Rejected
-from stats.commit import CommitBuffer
 from stats.commit_rollups import commit_buffer
 
 SOURCES = ("active", "archived", "batch")
