@@ -1,6 +1,6 @@
 """Bulk writers that put N completed partitions into Redis in each storage scheme.
 
-The compressed tier is written in its final, sealed state (what `ArchiveLayer.seal` leaves:
+The compressed tier is written in its final, sealed state (what `BatchSealing.seal` leaves:
 one framed blob per batch in its shelf, the index bitmap, the worker registry, the archive meta hash), in
 bulk, because pushing millions of partitions through the queue one by one would measure the
 benchmark's patience rather than the storage.

@@ -166,7 +166,7 @@ class ElkMigration:
                 if progress:
                     progress(done.already + done.imported)
         if batched:
-            self.archive.seal_all()  # what an interrupted earlier run left staged
+            self.archive.sealing.seal_all()  # what an interrupted earlier run left staged
         report.import_s = round(time.monotonic() - importing, 3)
         report.verified = self.verify(report)
         if delete_source and report.ok:
@@ -247,7 +247,7 @@ class ElkMigration:
                 by_batch: dict[int, list[ArchivedPartition]] = {}
                 for batch, run in groupby(new, key=lambda it: it.archived.partition_id // size):  # a run per batch
                     by_batch.setdefault(batch, []).extend(it.archived for it in run)
-                self.archive.seal_many(by_batch)
+                self.archive.sealing.seal_many(by_batch)
             elif self.archive.tier() is Tier.SIMPLE:
                 self.archive.write_simple({it.archived.partition_id: it.detail for it in new})
             else:

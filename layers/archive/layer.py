@@ -19,7 +19,7 @@ and the detail is written again with the same value.
 from __future__ import annotations
 
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +56,7 @@ class ArchiveLayer:
         self._scripts = Scripts.of(redis_client)
         self.shelves = ShelfStore(redis_client, self.keys)
         self.dead_letters = self.shelves.dead_letters
+        #: sealing (`layers.archive.sealing`): seals, the seals deferred by `seal_page`, decoding a batch
         self.sealing = BatchSealing(redis_client, self.keys, self.policy, self.workers, self.shelves)
         self._batch_size_checked = False
         self.batch_sizes = StoredBatchSize(self.keys.archive_meta, self.policy.batch_size)
@@ -65,31 +66,6 @@ class ArchiveLayer:
     def tier(self) -> Tier:
         """The stored tier (it only moves up), or the policy's tier for the total if that is higher."""
         return read_tier(self.redis, self.keys, self.policy)
-
-    # sealing (`layers.archive.sealing`)
-
-    @property
-    def seals(self) -> Counter[int]:
-        """Batch number -> seals made by this process."""
-        return self.sealing.seals
-
-    def seal(self, batch_no: int, tier: Tier | None = None, extra: Sequence[ArchivedPartition] = ()) -> bool:
-        return self.sealing.seal(batch_no, tier, extra)
-
-    def seal_many(self, batches: dict[int, list[ArchivedPartition]], tier: Tier | None = None) -> int:
-        return self.sealing.seal_many(batches, tier)
-
-    def seal_idle(self, now: float | None = None, limit: int = 100) -> int:
-        return self.sealing.seal_idle(now, limit)
-
-    def seal_all(self) -> int:
-        return self.sealing.seal_all()
-
-    def decode_batch(self, blob: bytes) -> list[ArchivedPartition]:
-        return self.sealing.decode_batch(blob)
-
-    def find_in_batch(self, blob: bytes, pid: int) -> ArchivedPartition | None:
-        return self.sealing.find_in_batch(blob, pid)
 
     def retention_s(self) -> int:
         """The summary tier's retention: the stored policy, else the configured one."""
@@ -189,7 +165,7 @@ class ArchiveLayer:
         half, `seal_page`, seals every batch the records fill completely, or that its staging now
         holds completely, from the records in hand (`BatchSealing.seal_read`). Workers claim the
         lowest pending partition, so a page of completions mostly holds whole batches. Split in
-        two so the archiver can send the last page's commit in between (`archiver.daemon.pages`):
+        two so the archiver can send the last page's commit in between (`archiver.daemon.pipeline`):
         Redis runs it while this process encodes the batches."""
         self.check_batch_size()
         size, capacity = self.policy.batch_size, self.policy.capacity
@@ -222,23 +198,11 @@ class ArchiveLayer:
         """The second half of `stage_page`: the batches it found whole, sealed. ``defer``: they are
         encoded now, written with the next page's reads, and their bookkeeping (deleting the staged
         records they hold, the open-batch set, the counters) goes with the reads after: two round
-        trips less a page. Until `flush_seals` (or the next `stage_page`) the records are neither
-        in their slots nor, for a batch whole in hand, staged: nothing may commit them before."""
+        trips less a page. Until `BatchSealing.flush` (or the next `stage_page`) the records are neither
+        in their slots nor, for a batch whole in hand, staged: nothing may commit them before
+        (`archiver.daemon.pipeline.WritePipeline` sees to it)."""
         if page.to_seal:
             self.sealing.seal_read(page.to_seal, page.read, tier, defer=defer)
-
-    def flush_seals(self, *, bookkeeping: bool = True) -> None:
-        """Write now what `seal_page` deferred, and (unless not ``bookkeeping``) do its bookkeeping."""
-        self.sealing.flush(bookkeeping=bookkeeping)
-
-    def drop_unwritten_seals(self) -> None:
-        """Forget what `seal_page` deferred and could not write (`BatchSealing.drop_unwritten`)."""
-        self.sealing.drop_unwritten()
-
-    @property
-    def unwritten_seals(self) -> bool:
-        """Whether seals that `seal_page` deferred wait to be written (`flush_seals`)."""
-        return self.sealing.unwritten
 
     def stage(self, parts: Sequence[ArchivedPartition | ElkRecord]) -> dict[int, int]:
         """Put records in their batches' staging hashes; returns each batch touched with the
