@@ -8,6 +8,7 @@ import pytest
 import redis
 
 from layers import Tier
+from layers.archive.sealing import UnwrittenSeals
 from layers.archive.transitions import index_expiry_step
 from tests.test_tiers import archive_layer, parts, store
 
@@ -62,15 +63,16 @@ def test_byte_counters_are_exact_when_a_pages_pipeline_fails_and_is_sent_again(
     one of its staging writes fails (here a foreign key in the way), so its replies are never read
     and the same writes and bookkeeping go out again with the next page. Each seal counts once."""
     layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=3600)
+    seals = UnwrittenSeals()
     keys = layer.keys
-    layer.seal_page(layer.stage_page(parts(1, 99)), Tier.COMPRESSED, defer=True)  # batch 0: encoded
-    layer.seal_page(layer.stage_page(parts(100, 100)), Tier.COMPRESSED, defer=True)  # 0 written, 1 encoded
+    layer.seal_page(layer.stage_page(parts(1, 99), seals), Tier.COMPRESSED, defer=seals)  # batch 0: encoded
+    layer.seal_page(layer.stage_page(parts(100, 100), seals), Tier.COMPRESSED, defer=seals)  # 0 written, 1 encoded
     real_redis.set(keys.staging(2), b"in the way")
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
-        layer.stage_page(parts(200, 10))  # ran: batch 0's bookkeeping and batch 1's write; replies unread
+        layer.stage_page(parts(200, 10), seals)  # ran: batch 0's bookkeeping and batch 1's write; replies unread
     real_redis.delete(keys.staging(2))
-    layer.seal_page(layer.stage_page(parts(200, 10)), Tier.COMPRESSED, defer=True)  # the same, sent again
-    layer.sealing.flush()
+    layer.seal_page(layer.stage_page(parts(200, 10), seals), Tier.COMPRESSED, defer=seals)  # the same, sent again
+    layer.sealing.flush(seals)
     assert layer.sealing.decode_batch(layer.batch_blob(1)) == parts(100, 100)  # type: ignore[arg-type]
     assert layer.compression_ratio() == _ratio_of_what_is_stored(layer, range(2), parts(1, 199))
     assert layer.sealing.seals[0] == 1 and layer.sealing.seals[1] == 1

@@ -13,6 +13,7 @@ from archiver.daemon.loop import drain
 from codec import ArchivedPartition, ValidationError
 from codec.shelf import SHELF_SLOTS, pack_shelf, shelved, unpack_shelf
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, Tier, TierPolicy, migrate_step
+from layers.archive.sealing import UnwrittenSeals
 from layers.archive.shelves import StoredBatch
 from tests.conftest import delete_namespace
 from tests.flavours import Flavour
@@ -365,23 +366,24 @@ def test_a_seal_deferred_is_written_with_the_next_reads_and_its_bookkeeping_afte
     real_redis: redis.Redis, namespace: str
 ) -> None:
     """The archiver's pages: a page's seals are written with the next page's reads (or by
-    `flush_seals`) and their bookkeeping (staged records deleted, batch closed, byte counters)
+    `BatchSealing.flush`) and their bookkeeping (staged records deleted, batch closed, byte counters)
     with the reads after; meanwhile a record staged before answers from its staging."""
     layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=3600)
+    seals = UnwrittenSeals()
     keys, q = layer.keys, router(real_redis, namespace, layer)
-    layer.seal_page(layer.stage_page(parts(1, 150)), Tier.COMPRESSED, defer=True)  # 100..150 staged
-    assert layer.sealing.unwritten and layer.batch_blob(0) is None  # batch 0: encoded, not written
-    layer.seal_page(layer.stage_page(parts(151, 49)), Tier.COMPRESSED, defer=True)  # batch 1 whole in staging
+    layer.seal_page(layer.stage_page(parts(1, 150), seals), Tier.COMPRESSED, defer=seals)  # 100..150 staged
+    assert seals and layer.batch_blob(0) is None  # batch 0: encoded, not written
+    layer.seal_page(layer.stage_page(parts(151, 49), seals), Tier.COMPRESSED, defer=seals)  # batch 1 whole in staging
     assert layer.sealing.decode_batch(layer.batch_blob(0)) == parts(1, 99)  # type: ignore[arg-type]
     assert layer.batch_blob(1) is None and layer.compression_ratio() == 0.0  # batch 0's counters wait
     assert real_redis.hlen(keys.staging(1)) == 100 and q.get(180).partition == parts(180, 1)[0]
-    layer.seal_page(layer.stage_page(parts(200, 10)), Tier.COMPRESSED, defer=True)  # batch 1 written now
+    layer.seal_page(layer.stage_page(parts(200, 10), seals), Tier.COMPRESSED, defer=seals)  # batch 1 written now
     assert layer.sealing.decode_batch(layer.batch_blob(1)) == parts(100, 100)  # type: ignore[arg-type]
     assert real_redis.hlen(keys.staging(1)) == 100 and layer.compression_ratio() > 0  # batch 1's bookkeeping waits
-    layer.seal_page(layer.stage_page(parts(210, 90)), Tier.COMPRESSED, defer=True)
-    assert not real_redis.exists(keys.staging(1)) and layer.sealing.unwritten
-    layer.sealing.flush()
-    assert not layer.sealing.unwritten and layer.open_batch_count() == 0 and not real_redis.exists(keys.staging(2))
+    layer.seal_page(layer.stage_page(parts(210, 90), seals), Tier.COMPRESSED, defer=seals)
+    assert not real_redis.exists(keys.staging(1)) and seals
+    layer.sealing.flush(seals)
+    assert not seals and layer.open_batch_count() == 0 and not real_redis.exists(keys.staging(2))
     for pid in (1, 120, 199, 250, 299):
         assert q.get(pid).source is Source.BATCH and q.get(pid).partition == parts(pid, 1)[0], pid
     blob_bytes = sum(len(layer.batch_blob(b) or b"") for b in range(3))
@@ -393,12 +395,13 @@ def test_a_seal_deferred_and_refused_is_sealed_again_with_what_changed(real_redi
     """Another archiver writes the batch's slot between a page's read and its deferred write: the
     write is refused and the batch sealed again, from both."""
     layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=3600)
+    seals = UnwrittenSeals()
     other = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=3600)
     mine = parts(300, 100)
-    layer.seal_page(layer.stage_page(mine), Tier.COMPRESSED, defer=True)  # batch 3, whole in hand
+    layer.seal_page(layer.stage_page(mine, seals), Tier.COMPRESSED, defer=seals)  # batch 3, whole in hand
     theirs = [ArchivedPartition(p.partition_id, p.min_id, p.max_id, "z", p.completed_at, 1) for p in mine[:10]]
     other.write_detail(theirs[:5])  # staged by the other, then ...
     other.sealing.seal(3, Tier.COMPRESSED)  # ... sealed into the slot
-    layer.sealing.flush()
+    layer.sealing.flush(seals)
     assert layer.sealing.decode_batch(layer.batch_blob(3)) == mine  # type: ignore[arg-type]  # the records in hand win
     assert layer.sealing.seals[3] == 1 and not real_redis.exists(layer.keys.staging(3))

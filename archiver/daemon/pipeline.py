@@ -41,6 +41,7 @@ from archiver.namespace import Namespace
 from codec.page import Columns
 from layers import StaleWorkerNumbers, Tier
 from layers.archive.commit import CommitCall, CommitResult, Detail, Pending
+from layers.archive.sealing import UnwrittenSeals
 
 log = structlog.get_logger("partarchive.archiver")
 T = TypeVar("T")
@@ -69,7 +70,8 @@ class WritePipeline:
         self._prepared: Built | None = None  # the next commit, built, not sent yet
         self._unsent: Built | None = None  # the commit to send once this page's reads are in
         self._sent: Pending | None = None  # what the commit sent with this page commits (reply not read yet)
-        self._unwritten_ids: list[str] = []  # entries of pages whose seals are deferred (`ArchiveLayer.seal_page`)
+        self._seals = UnwrittenSeals()  # the last page's seals, written with this page's reads (`seal_page`)
+        self._unwritten_ids: list[str] = []  # the entries of the pages whose seals those are
         self._flushes = STATS_FLUSHES.labels(namespace=ns.keys.namespace)
 
     # a page's round trips
@@ -108,11 +110,11 @@ class WritePipeline:
         detail: Detail = "simple" if self.tier is Tier.SIMPLE else "unsealed" if unsealed else ""
         travels = bool(detail) and self.commit_buffer.pending + len(cols) >= self.commit_buffer.flush_count
         if not travels and not detail:
-            staged = self._writing_deferred(lambda: self.archive.stage_page(cols.records()))
+            staged = self._writing_deferred(lambda: self.archive.stage_page(cols.records(), self._seals))
             self._send_unsent()
-            defer = self.reader is not None
+            defer = self._seals if self.reader is not None else None
             self.archive.seal_page(staged, self.tier, defer=defer)
-            if defer:
+            if defer is not None:
                 self._unwritten_ids += entry_ids
         elif not travels:
             self.archive.write_detail(cols, unsealed=unsealed, tier=self.tier)
@@ -152,11 +154,15 @@ class WritePipeline:
     def commit(self) -> None:
         """Write the seals deferred and do their bookkeeping, then commit everything waiting, in
         turn (on failure it stays waiting). A page read ahead must be handled before (`take_prefetched`)."""
-        self._writing_deferred(self.archive.sealing.flush)
+        self.write_seals()
         self._restore(self._prepared)
         self._prepared = None
         if self.commit_buffer.pending:
             self._note(self.commit_buffer.flush())
+
+    def write_seals(self) -> None:
+        """Write the last page's seals now, and the bookkeeping of every seal written."""
+        self._writing_deferred(lambda: self.archive.sealing.flush(self._seals))
 
     @property
     def prefetched(self) -> bool:
@@ -210,8 +216,8 @@ class WritePipeline:
         before, before this page is encoded."""
         if self._unsent is None:
             return
-        if self.archive.sealing.unwritten:  # the detail of what it commits is written first
-            self._writing_deferred(lambda: self.archive.sealing.flush(bookkeeping=False))
+        if self._seals:  # the detail of what it commits is written first
+            self._writing_deferred(lambda: self.archive.sealing.flush(self._seals, bookkeeping=False))
         built, self._unsent = self._unsent, None
         assert self.reader is not None
         pending, call = built
@@ -263,10 +269,10 @@ class WritePipeline:
         try:
             done = step()
         except BaseException:
-            if self.archive.sealing.unwritten:
+            if self._seals:
                 self._forget()
             raise
-        if not self.archive.sealing.unwritten:
+        if not self._seals:
             self._unwritten_ids.clear()
         return done
 
@@ -274,7 +280,7 @@ class WritePipeline:
         """Seals that could not be written: their pages' entries are not committed. Never
         acknowledged, they stay pending in the queue and are archived again (taken over after
         ``claim_idle_ms``), as the entries of a page whose detail could not be written are."""
-        self.archive.sealing.drop_unwritten()
+        self._seals.drop()
         lost, self._unwritten_ids = set(self._unwritten_ids), []
         for built in (self._unsent, self._prepared):
             self._restore(built)

@@ -29,7 +29,7 @@ import redis
 from codec import ArchivedPartition, ValidationError
 from codec.elk import ElkRecord, as_archived
 from codec.page import Columns
-from layers.archive.sealing import BatchSealing, SealReads
+from layers.archive.sealing import BatchSealing, SealReads, UnwrittenSeals
 from layers.archive.shelves import ShelfStore
 from layers.archive.tiers import Tier, TierPolicy
 from layers.archive.workers import WorkerRegistry
@@ -158,10 +158,13 @@ class ArchiveLayer:
     def _write_batches(self, parts: Sequence[ArchivedPartition | ElkRecord], tier: Tier) -> None:
         self.seal_page(self.stage_page(parts), tier)
 
-    def stage_page(self, parts: Sequence[ArchivedPartition | ElkRecord]) -> StagedPage:
+    def stage_page(
+        self, parts: Sequence[ArchivedPartition | ElkRecord], unwritten: UnwrittenSeals | None = None
+    ) -> StagedPage:
         """The first half of writing a page of records in a batch tier, one round trip: the
         records of batches that are not whole in hand are staged, and every batch of the records is
-        read as sealing reads it (its staging, after the staging writes, and its slot). The second
+        read as sealing reads it (its staging, after the staging writes, and its slot), and the
+        seals of ``unwritten`` (an earlier page's, `seal_page`) are written first. The second
         half, `seal_page`, seals every batch the records fill completely, or that its staging now
         holds completely, from the records in hand (`BatchSealing.seal_read`). Workers claim the
         lowest pending partition, so a page of completions mostly holds whole batches. Split in
@@ -184,7 +187,8 @@ class ArchiveLayer:
         rest = [p for b, group in by_batch.items() if b not in whole for p in group]
         pipe = self.redis.pipeline(transaction=False)
         staged_batches = self._queue_stage(pipe, rest)
-        reads = self.sealing.queue_reads(pipe, by_batch, {p.worker_id for got in archived.values() for p in got})
+        workers = {p.worker_id for got in archived.values() for p in got}
+        reads = self.sealing.queue_reads(pipe, by_batch, workers, unwritten)
         replies = pipe.execute(raise_on_error=False)
         staging = len(staged_batches) + bool(staged_batches)
         for reply in replies[:staging]:
@@ -194,13 +198,13 @@ class ArchiveLayer:
         full = {b for b in staged_batches if len(read.staged[b]) >= self.policy.capacity(b)}
         return StagedPage({b: archived[b] for b in sorted(whole | full)}, read)
 
-    def seal_page(self, page: StagedPage, tier: Tier, *, defer: bool = False) -> None:
+    def seal_page(self, page: StagedPage, tier: Tier, *, defer: UnwrittenSeals | None = None) -> None:
         """The second half of `stage_page`: the batches it found whole, sealed. ``defer``: they are
-        encoded now, written with the next page's reads, and their bookkeeping (deleting the staged
-        records they hold, the open-batch set, the counters) goes with the reads after: two round
-        trips less a page. Until `BatchSealing.flush` (or the next `stage_page`) the records are neither
-        in their slots nor, for a batch whole in hand, staged: nothing may commit them before
-        (`archiver.daemon.pipeline.WritePipeline` sees to it)."""
+        encoded into it now and written when it is handed to the next `stage_page` (with the next
+        page's reads), and their bookkeeping (deleting the staged records they hold, the open-batch
+        set, the counters) goes with the reads after: two round trips less a page. Until then the
+        records are neither in their slots nor, for a batch whole in hand, staged: nothing may
+        commit them before (`archiver.daemon.pipeline.WritePipeline` sees to it)."""
         if page.to_seal:
             self.sealing.seal_read(page.to_seal, page.read, tier, defer=defer)
 
