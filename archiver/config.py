@@ -10,10 +10,10 @@ from typing import Any
 from codec.errors import ValidationError
 from layers import KeySchema, TierPolicy
 from layers.active.sdk import RECORD_FORMATS
+from layers.archive.commit import DEFAULT_FLUSH_COUNT, DEFAULT_FLUSH_INTERVAL_S
 from layers.control.pressure import PressureSettings
 from layers.keys import check_namespace
 from stats import DEFAULT_RANGE_WIDTH
-from stats.commit import DEFAULT_FLUSH_COUNT, DEFAULT_FLUSH_INTERVAL_S
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 _TIERS = TierPolicy()  # the tier settings' defaults live in TierPolicy

@@ -17,6 +17,7 @@ from archiver.config import Config
 from archiver.snapshot import NamespaceSnapshot, SnapshotReader
 from codec import ValidationError
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy
+from layers.archive.commit import CommitBuffer
 from layers.control.liveness import Liveness
 from layers.control.maintenance import MaintenanceLock
 from layers.control.pressure import BacklogPressure
@@ -24,7 +25,7 @@ from layers.control.switch import ArchivalSwitch
 from layers.plumbing.replies import as_text
 from layers.plumbing.slot_moves import ride_out
 from stats import StatsCompactor, StatsReader
-from stats.commit import CommitBuffer
+from stats.commit_rollups import commit_buffer
 from stats.progress import ProgressLog
 
 
@@ -122,7 +123,7 @@ class Namespace:
     def commit_buffer(self) -> CommitBuffer:
         """The archiver's buffer of entries waiting for their commit (one per daemon)."""
         cfg = self.config
-        return CommitBuffer(
+        return commit_buffer(
             self.archive,
             flush_count=cfg.stats_flush_count,
             flush_interval_s=cfg.stats_flush_interval_s,

@@ -1,6 +1,6 @@
 """Bulk writers that put N completed partitions into Redis in each storage scheme.
 
-The compressed tier is written in its final, sealed state (what `ArchiveLayer.seal` leaves:
+The compressed tier is written in its final, sealed state (what `BatchSealing.seal` leaves:
 one framed blob per batch in its shelf, the index bitmap, the worker registry, the archive meta hash), in
 bulk, because pushing millions of partitions through the queue one by one would measure the
 benchmark's patience rather than the storage.
@@ -175,9 +175,9 @@ def write_stats(
     stored tier (the default policy takes a million partitions to the summary tier).
     """
     from layers import ArchiveLayer
-    from stats.commit import Committer
+    from stats.commit_rollups import committer as archive_committer
 
-    committer = Committer(ArchiveLayer(client, keys, policy), range_width)
-    committer.check_range_width()
+    committer = archive_committer(ArchiveLayer(client, keys, policy), range_width)
+    committer.check_statistics()
     for records in _chunks(parts, chunk):
         committer.statistics_only(records)

@@ -70,7 +70,7 @@ def _bytes_per_partition(
     client: redis.Redis, daemon: ArchiverDaemon, baseline: int, n: int
 ) -> tuple[float, float]:
     """used_memory over the empty namespace, and the namespace's keys (MEMORY USAGE), per partition."""
-    daemon.archive.seal_all()  # batches a page left partly staged: sealed as they would be once idle
+    daemon.archive.sealing.seal_all()  # batches a page left partly staged: sealed as they would be once idle
     settle(client)
     return (used_memory(client) - baseline) / n, _key_bytes(client) / n
 

@@ -51,7 +51,7 @@ def _move(client: redis.Redis, n: int) -> tuple[float, int]:
         pass
     elapsed = time.perf_counter() - started
     assert layer.simple_size() == 0
-    return elapsed, max(layer.seals.values())
+    return elapsed, max(layer.sealing.seals.values())
 
 
 def _queue_completions(client: redis.Redis, keys: KeySchema, first: int) -> None:

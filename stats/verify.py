@@ -160,7 +160,7 @@ class StatsChecker:
                 report.undecodable_batches.append(b)
             for blob in stored[b].blobs:
                 try:
-                    for part in self.archive.decode_batch(blob):
+                    for part in self.archive.sealing.decode_batch(blob):
                         if indexed(part.partition_id):
                             found.setdefault(part.partition_id, part)
                 except DecodeError:

@@ -285,7 +285,7 @@ def test_a_page_whose_deferred_seals_cannot_be_written_is_not_committed(
     time.sleep(0.3)
     drain(daemon)
     assert int(real_redis.bitcount(keys.index)) == 300 and daemon.queue.state().pending == 0
-    sealed = daemon.archive.decode_batch(daemon.archive.batch_blob(0))  # type: ignore[arg-type]
+    sealed = daemon.archive.sealing.decode_batch(daemon.archive.batch_blob(0))  # type: ignore[arg-type]
     assert [p.partition_id for p in sealed] == list(range(1, 100))
     assert StatsChecker(real_redis, keys).check().ok and daemon.dead_lettered == 0
 
@@ -298,7 +298,7 @@ def test_a_page_read_ahead_is_archived_when_the_archiver_stops(real_redis: redis
     daemon = _daemon(real_redis, namespace, read_count=100)
     daemon.queue.ensure_group()
     assert daemon.run_once() == 100
-    assert daemon.pages.reader is not None and daemon.pages.reader.prefetched
+    assert daemon.pages.pipeline.prefetched
     assert daemon.queue.state().pending == 200  # the page in hand and the one read ahead
     daemon.finish()
     state = daemon.queue.state()

@@ -21,7 +21,7 @@ from archiver.engine import async_twin
 from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, AsyncActiveLayer, KeySchema, PartitionNotFound, Tier, TierPolicy
 from layers.active.clock import AsyncServerClock
-from stats.commit import CommitBuffer
+from stats.commit_rollups import commit_buffer
 from tests.conftest import delete_namespace
 
 T = TypeVar("T")
@@ -141,7 +141,7 @@ def test_lookups_read_nothing_through_a_blocking_client(server_redis: redis.Redi
     archive = ArchiveLayer(server_redis, keys, summary)
     parts = _parts(range(100, 300))
     archive.write_detail(parts, tier=Tier.SUMMARY)  # two whole batches: sealed at once, noted in the expiry index
-    commits = CommitBuffer(archive, flush_count=1000)
+    commits = commit_buffer(archive, flush_count=1000)
     commits.add([("-", p) for p in parts])
     commits.flush()
     archive.stage(_parts(range(300, 301)))

@@ -12,9 +12,12 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from codec import ArchivedPartition
+from codec import ArchivedPartition, ValidationError, WorkerMap
+from codec.page import Columns
 from layers import ArchiveLayer, ArchiveQueue, KeySchema
-from stats.commit import CommitResult, Committer, Pending, index_bits
+from layers.archive.commit import CommitResult, Committer, Pending, index_bits
+from stats.commit_rollups import CommitRollups
+from stats.commit_rollups import committer as archive_committer
 
 CLOSE = [9, 10, 11, 17, 8, 1000, 7, 3, 31_999, 4242]  # within 4,000 bytes of the bitmap
 WIDE = [5, 70_000, 1_000_000, 123, 2**32 - 1, 64]  # wider: BITFIELD
@@ -30,7 +33,7 @@ def test_bits_are_set_for_the_counted_pids_and_a_counted_one_is_named(
 ) -> None:
     keys = KeySchema.of(namespace, client=any_redis)
     ArchiveQueue(any_redis, keys).ensure_group()
-    committer = Committer(ArchiveLayer(any_redis, keys))
+    committer = archive_committer(ArchiveLayer(any_redis, keys))
     order = list(pids)
     random.Random(7).shuffle(order)
     first, rest = order[: len(order) // 2], order[len(order) // 2 :]
@@ -62,7 +65,7 @@ def test_a_page_of_bytes_ors_into_the_bitmap_and_names_exactly_the_counted(
     real_redis.delete(keys.index, keys.archive_meta)
     for pid in before:
         real_redis.setbit(keys.index, pid, 1)
-    committer = Committer(ArchiveLayer(real_redis, keys))
+    committer = archive_committer(ArchiveLayer(real_redis, keys))
     assert index_bits(sorted(page))[0] == "bytes"
     pending = Pending.of([("-", _part(p)) for p in sorted(page)])
     result = committer.result(committer._run(committer.call(pending)))
@@ -74,3 +77,43 @@ def test_a_page_of_bytes_ors_into_the_bitmap_and_names_exactly_the_counted(
     raw = real_redis.get(keys.index) or b""
     set_bits = {8 * i + b for i, byte in enumerate(raw) for b in range(8) if byte & (0x80 >> b)}
     assert set_bits == before | page
+
+
+class _Recording:
+    """`CommitStatistics` that records the partitions it is asked about and hands on the namespace's."""
+
+    def __init__(self, inner: CommitRollups) -> None:
+        self.inner = inner
+        self.asked: list[list[int]] = []
+        self.checks = 0
+
+    def check(self) -> None:
+        self.checks += 1
+        self.inner.check()
+
+    def segments(
+        self, cols: Columns, workers: WorkerMap, now: int, first_key: int
+    ) -> tuple[list[str], list[str | int]]:
+        self.asked.append(list(cols.pids))
+        return self.inner.segments(cols, workers, now, first_key)
+
+
+def test_the_statistics_handed_to_a_commit_are_asked_again_for_what_it_counts_after_a_duplicate(
+    any_redis: redis.Redis, namespace: str
+) -> None:
+    """The commit (layers) takes its statistics from the statistics layer: asked once per call
+    built, again without the partitions found counted, and checked once; what is stored is what
+    those statistics said, the duplicate counted once."""
+    keys = KeySchema.of(namespace, client=any_redis)
+    ArchiveQueue(any_redis, keys).ensure_group()
+    archive = ArchiveLayer(any_redis, keys)
+    statistics = _Recording(CommitRollups(any_redis, keys, range_width=10))
+    committer = Committer(archive, statistics)
+    assert committer.commit(Pending.of([("-", _part(3))])).newly_archived == 1
+    result = committer.commit(Pending.of([("-", _part(p)) for p in (2, 3, 4)]))
+    assert result.newly_archived == 2 and result.total == 3
+    assert statistics.asked == [[3], [2, 3, 4], [2, 4]] and statistics.checks == 1
+    assert int(any_redis.hget(keys.stats_global, "completed") or 0) == 3  # type: ignore[arg-type]
+    assert int(any_redis.hget(keys.stats_range(0), "count") or 0) == 3  # type: ignore[arg-type]  # width 10: one range
+    with pytest.raises(ValidationError, match="per 10 partitions"):
+        Committer(archive, CommitRollups(any_redis, keys, range_width=20)).commit(Pending.of([("-", _part(5))]))

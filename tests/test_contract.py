@@ -14,7 +14,7 @@ from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy
 from layers.archive.queue import QueueEntry
 from stats import StatsChecker, StatsReader
-from stats.commit import CommitBuffer
+from stats.commit_rollups import commit_buffer
 from tests.flavours import Flavour
 
 NOW = 1_763_900_000
@@ -61,7 +61,7 @@ def test_commit_counts_each_partition_once(any_redis: redis.Redis, namespace: st
     keys = KeySchema.of(namespace, client=any_redis)
     archive = ArchiveLayer(any_redis, keys)
     ArchiveQueue(any_redis, keys).ensure_group()
-    stats = CommitBuffer(archive, flush_count=1000)
+    stats = commit_buffer(archive, flush_count=1000)
     parts = _parts(1, 10)
     archive.write_detail(parts)
     stats.add([("-", p) for p in parts])
@@ -86,12 +86,12 @@ def test_batches_seal_once_and_read_back(any_redis: redis.Redis, namespace: str)
     by_batch: dict[int, list[ArchivedPartition]] = {}
     for p in parts[50:]:
         by_batch.setdefault(p.partition_id // 100, []).append(p)
-    assert archive.seal_many(by_batch) == 3
-    assert archive.seal_idle() == 0  # batch 1 was sealed with its staged records
+    assert archive.sealing.seal_many(by_batch) == 3
+    assert archive.sealing.seal_idle() == 0  # batch 1 was sealed with its staged records
     for b in (1, 2, 3):
         blob = archive.batch_blob(b)
-        assert archive.decode_batch(blob) == [p for p in parts if p.partition_id // 100 == b]  # type: ignore[arg-type]
-    assert archive.open_batch_count() == 0 and sum(archive.seals.values()) == 3
+        assert archive.sealing.decode_batch(blob) == [p for p in parts if p.partition_id // 100 == b]  # type: ignore[arg-type]
+    assert archive.open_batch_count() == 0 and sum(archive.sealing.seals.values()) == 3
 
 
 def test_dead_letter_entries_round_trip(any_redis: redis.Redis, namespace: str) -> None:

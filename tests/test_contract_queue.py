@@ -8,9 +8,10 @@ import redis
 
 from codec.page import read_payloads
 from layers import ArchiveLayer, ArchiveQueue, KeySchema
+from layers.archive.commit import Pending
 from layers.archive.queue import QueueEntry
 from layers.plumbing.replies import as_text
-from stats.commit import Committer, Pending
+from stats.commit_rollups import committer as archive_committer
 from tests.helpers import complete_partitions
 
 
@@ -100,7 +101,7 @@ def test_a_commit_takes_its_entries_out_of_the_queue_whichever_way_and_nothing_e
     with entries after it (an older page pending elsewhere), or with nothing left pending, deletes
     its own: either way exactly its entries leave, and pending and unread ones stay."""
     queue = _queue_of(any_redis, namespace, 12)
-    committer = Committer(ArchiveLayer(any_redis, queue.keys))
+    committer = archive_committer(ArchiveLayer(any_redis, queue.keys))
     a, b = queue.read_new("a", 4, 0), queue.read_new("b", 4, 0)
 
     def commit(entries: list[QueueEntry]) -> None:

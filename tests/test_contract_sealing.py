@@ -26,7 +26,7 @@ def _batched(client: redis.Redis, namespace: str, seal_idle_s: float = 0) -> Arc
 
 def _stored(archive: ArchiveLayer, batch_no: int) -> list[ArchivedPartition]:
     blob = archive.batch_blob(batch_no)
-    return [] if blob is None else archive.decode_batch(blob)
+    return [] if blob is None else archive.sealing.decode_batch(blob)
 
 
 def test_staged_records_are_sealed_once_their_batch_is_idle(any_redis: redis.Redis, namespace: str) -> None:
@@ -34,22 +34,22 @@ def test_staged_records_are_sealed_once_their_batch_is_idle(any_redis: redis.Red
     parts = _parts(range(200, 260))
     archive.stage(parts)
     assert archive.open_batch_count() == 1 and archive.batch_blob(2) is None
-    assert archive.seal_idle() == 0  # staged just now: not idle for ten minutes yet
-    assert archive.seal_idle(now=time.time() + 601) == 1
+    assert archive.sealing.seal_idle() == 0  # staged just now: not idle for ten minutes yet
+    assert archive.sealing.seal_idle(now=time.time() + 601) == 1
     assert _stored(archive, 2) == parts
-    assert archive.open_batch_count() == 0 and archive.seals[2] == 1
-    assert archive.seal_idle(now=time.time() + 601) == 0  # nothing left open
+    assert archive.open_batch_count() == 0 and archive.sealing.seals[2] == 1
+    assert archive.sealing.seal_idle(now=time.time() + 601) == 0  # nothing left open
 
 
 def test_a_straggler_reseals_its_batch_with_everything(any_redis: redis.Redis, namespace: str) -> None:
     archive = _batched(any_redis, namespace)
     first, late = _parts(range(300, 350)), _parts(range(350, 351))
     archive.stage(first)
-    assert archive.seal(3)
+    assert archive.sealing.seal(3)
     archive.stage(late)
     assert archive.open_batch_count() == 1
-    assert archive.seal_idle(now=time.time() + 1) == 1
-    assert _stored(archive, 3) == first + late and archive.seals[3] == 2
+    assert archive.sealing.seal_idle(now=time.time() + 1) == 1
+    assert _stored(archive, 3) == first + late and archive.sealing.seals[3] == 2
     assert not any_redis.exists(archive.keys.staging(3))
 
 
@@ -57,17 +57,17 @@ def test_sealing_again_changes_nothing(any_redis: redis.Redis, namespace: str) -
     archive = _batched(any_redis, namespace)
     parts = _parts(range(400, 500))
     archive.stage(parts)
-    assert archive.seal_all() == 1
+    assert archive.sealing.seal_all() == 1
     blob = archive.batch_blob(4)
-    assert archive.seal(4) is False and archive.seal_all() == 0
-    assert archive.batch_blob(4) == blob and archive.seals[4] == 1
+    assert archive.sealing.seal(4) is False and archive.sealing.seal_all() == 0
+    assert archive.batch_blob(4) == blob and archive.sealing.seals[4] == 1
 
 
 def test_a_batch_sealed_from_records_in_hand_keeps_what_was_staged(any_redis: redis.Redis, namespace: str) -> None:
     archive = _batched(any_redis, namespace)
     staged, in_hand = _parts(range(500, 520)), _parts(range(520, 600))
     archive.stage(staged)
-    assert archive.seal_many({5: in_hand, 6: _parts(range(600, 610))}) == 2
+    assert archive.sealing.seal_many({5: in_hand, 6: _parts(range(600, 610))}) == 2
     assert _stored(archive, 5) == staged + in_hand
     assert [p.partition_id for p in _stored(archive, 6)] == list(range(600, 610))
     assert archive.open_batch_count() == 0

@@ -12,7 +12,7 @@ import redis
 from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, KeySchema
 from stats import StatsChecker, StatsCompactor, StatsReader
-from stats.commit import CommitBuffer
+from stats.commit_rollups import commit_buffer
 
 DAY = 1_763_856_000  # 2025-11-23 00:00:00 UTC
 WIDTH = 100
@@ -28,7 +28,7 @@ def _committed(client: redis.Redis, namespace: str) -> tuple[KeySchema, list[Arc
         for p in range(1, 251)
     ]
     archive.write_detail(parts)
-    buffer = CommitBuffer(archive, flush_count=10**6, range_width=WIDTH)
+    buffer = commit_buffer(archive, flush_count=10**6, range_width=WIDTH)
     buffer.add([("-", p) for p in parts])
     buffer.flush()
     return keys, parts

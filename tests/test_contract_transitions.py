@@ -45,8 +45,8 @@ def test_the_move_out_of_the_simple_hash_is_stepwise_and_seals_each_batch_once(
         steps += 1
     assert steps >= 6  # 13 batches (pids 1..1200), two at a time
     assert archive.simple_size() == 0 and archive.open_batch_count() == 0
-    assert max(archive.seals.values()) == 1 and len(archive.seals) == 13
-    stored = [p for b in range(13) for p in archive.decode_batch(archive.batch_blob(b) or b"")]  # type: ignore[arg-type]
+    assert max(archive.sealing.seals.values()) == 1 and len(archive.sealing.seals) == 13
+    stored = [p for b in range(13) for p in archive.sealing.decode_batch(archive.batch_blob(b) or b"")]  # type: ignore[arg-type]
     assert stored == parts
     state = transition_state(archive)
     assert (state.simple_left, state.moved, state.move_eta_s) == (0, 1200, 0.0)
@@ -61,7 +61,7 @@ def test_only_batches_past_the_retention_expire(any_redis: redis.Redis, namespac
     old, young = _parts(range(100, 300), now - 2 * 86400), _parts(range(300, 400), now)
     archive_now(archive, [("-", p) for p in old + young])
     assert archive.tier() is Tier.SUMMARY
-    archive.seal_all()
+    archive.sealing.seal_all()
     while migrate_step(archive, now=now - 2 * 86400):  # the expiry index; nothing was past retention then
         pass
     assert archive.batch_blob(1) is not None

@@ -127,7 +127,8 @@ def test_compressed_target_seals_every_batch_once(real_redis: redis.Redis, prefi
     migration = ElkMigration(real_redis, config, prefix, chunk=300)
     report = migration.run()
     assert report.ok and report.imported == COMPLETED and report.tier == "compressed"
-    assert migration.archive.seals and max(migration.archive.seals.values()) == 1  # every batch sealed once
+    seals = migration.archive.sealing.seals
+    assert seals and max(seals.values()) == 1  # every batch sealed once
     archive = ArchiveLayer(real_redis, config.keys, config.policy)
     assert archive.open_batch_count() == 0 and archive.simple_size() == 0
     router = QueryRouter(real_redis, config.keys, policy=config.policy)

@@ -99,12 +99,12 @@ def test_a_critical_backlog_is_stored_unsealed_then_sealed_once(server_redis: re
     with RouterWatch(server_redis, namespace, range(1, n + 1)) as watch:  # asked about every partition throughout
         daemon.run_once()  # the first page is sealed as usual; then the lock holder finds the backlog critical
         assert daemon.backlog.skipping and daemon.has_lock
-        archive.flush_seals()  # the page's seals, written with the next round trip otherwise
-        sealed_before = sum(archive.seals.values())
+        daemon.pages.pipeline.write_seals()  # the page's seals, written with the next round trip otherwise
+        sealed_before = sum(archive.sealing.seals.values())
         while server_redis.xlen(keys.queue) >= 300:
             daemon.run_once()
         assert daemon.backlog.skipping
-        assert sum(archive.seals.values()) == sealed_before  # nothing sealed while critical: no competition
+        assert sum(archive.sealing.seals.values()) == sealed_before  # nothing sealed while critical: no competition
         assert migrate_step(archive, hold_seals=True) == 0
         unsealed = {int(b) for b in server_redis.zrange(keys.unsealed, 0, -1)}
         assert len(unsealed) >= 10 and server_redis.hlen(keys.completed) >= 1000
@@ -126,7 +126,7 @@ def test_a_critical_backlog_is_stored_unsealed_then_sealed_once(server_redis: re
         wait_for(lambda: watch.passes >= 3, 60, "the router asked about every partition again")
     assert not watch.lost, watch.lost[:5]
     assert server_redis.hlen(keys.completed) == 0 and server_redis.zcard(keys.unsealed) == 0
-    assert all(archive.seals[b] == 1 for b in unsealed), {b: archive.seals[b] for b in unsealed}
+    assert all(archive.sealing.seals[b] == 1 for b in unsealed), {b: archive.sealing.seals[b] for b in unsealed}
     router = QueryRouter(server_redis, keys, archive=archive)
     assert all(router.get(pid).source is Source.BATCH for pid in range(1, n + 1, 97))
     assert archive.archived_total() == n and server_redis.bitcount(keys.index) == n

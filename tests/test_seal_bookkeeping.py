@@ -8,6 +8,7 @@ import pytest
 import redis
 
 from layers import Tier
+from layers.archive.sealing import UnwrittenSeals
 from layers.archive.transitions import index_expiry_step
 from tests.test_tiers import archive_layer, parts, store
 
@@ -62,16 +63,17 @@ def test_byte_counters_are_exact_when_a_pages_pipeline_fails_and_is_sent_again(
     one of its staging writes fails (here a foreign key in the way), so its replies are never read
     and the same writes and bookkeeping go out again with the next page. Each seal counts once."""
     layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=3600)
+    seals = UnwrittenSeals()
     keys = layer.keys
-    layer.seal_page(layer.stage_page(parts(1, 99)), Tier.COMPRESSED, defer=True)  # batch 0: encoded
-    layer.seal_page(layer.stage_page(parts(100, 100)), Tier.COMPRESSED, defer=True)  # 0 written, 1 encoded
+    layer.seal_page(layer.stage_page(parts(1, 99), seals), Tier.COMPRESSED, defer=seals)  # batch 0: encoded
+    layer.seal_page(layer.stage_page(parts(100, 100), seals), Tier.COMPRESSED, defer=seals)  # 0 written, 1 encoded
     real_redis.set(keys.staging(2), b"in the way")
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
-        layer.stage_page(parts(200, 10))  # ran: batch 0's bookkeeping and batch 1's write; replies unread
+        layer.stage_page(parts(200, 10), seals)  # ran: batch 0's bookkeeping and batch 1's write; replies unread
     real_redis.delete(keys.staging(2))
-    layer.seal_page(layer.stage_page(parts(200, 10)), Tier.COMPRESSED, defer=True)  # the same, sent again
-    layer.flush_seals()
-    assert layer.decode_batch(layer.batch_blob(1)) == parts(100, 100)  # type: ignore[arg-type]
+    layer.seal_page(layer.stage_page(parts(200, 10), seals), Tier.COMPRESSED, defer=seals)  # the same, sent again
+    layer.sealing.flush(seals)
+    assert layer.sealing.decode_batch(layer.batch_blob(1)) == parts(100, 100)  # type: ignore[arg-type]
     assert layer.compression_ratio() == _ratio_of_what_is_stored(layer, range(2), parts(1, 199))
     assert layer.sealing.seals[0] == 1 and layer.sealing.seals[1] == 1
 
@@ -79,7 +81,7 @@ def test_byte_counters_are_exact_when_a_pages_pipeline_fails_and_is_sent_again(
 def _counters_hold_what_is_stored(layer, batches: range) -> None:  # type: ignore[no-untyped-def]
     """The byte counters equal the stored blobs' bytes and their records' archived JSON bytes."""
     blobs = [layer.batch_blob(b) for b in batches]
-    json_bytes = sum(len(p.to_json()) for blob in blobs if blob for p in layer.decode_batch(blob))
+    json_bytes = sum(len(p.to_json()) for blob in blobs if blob for p in layer.sealing.decode_batch(blob))
     raw = layer.redis.hmget(layer.keys.archive_meta, ["sealed_json_bytes", "sealed_blob_bytes"])
     assert (int(raw[0]), int(raw[1])) == (json_bytes, sum(len(b or b"") for b in blobs))
 
@@ -99,12 +101,12 @@ def test_byte_counters_are_exact_when_another_archiver_sealed_the_batch_first(
         b.seal_page(b.stage_page(page), Tier.COMPRESSED)
     else:
         store(b, page[:50])
-        assert b.seal_idle() == 1
-    b.flush_seals()
+        assert b.sealing.seal_idle() == 1
+    b.sealing.flush()
     assert b.batch_blob(1)
     a.seal_page(read_by_a, Tier.COMPRESSED)  # refused (the slot changed since read), sealed again
-    a.flush_seals()
-    assert a.sealing.seals[1] == 1 and a.decode_batch(a.batch_blob(1)) == page  # type: ignore[arg-type]
+    a.sealing.flush()
+    assert a.sealing.seals[1] == 1 and a.sealing.decode_batch(a.batch_blob(1)) == page  # type: ignore[arg-type]
     _counters_hold_what_is_stored(a, range(2))
 
 
@@ -113,8 +115,8 @@ def test_byte_counters_are_exact_when_a_page_is_delivered_again(real_redis: redi
     its commit, a straggler staged twice) adds no JSON bytes for them."""
     layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=0)
     store(layer, parts(100, 60))
-    layer.seal_idle()
+    layer.sealing.seal_idle()
     store(layer, parts(130, 70))  # 30 of them sealed already
-    assert layer.seal_idle() == 1
-    assert layer.decode_batch(layer.batch_blob(1)) == parts(100, 100)  # type: ignore[arg-type]
+    assert layer.sealing.seal_idle() == 1
+    assert layer.sealing.decode_batch(layer.batch_blob(1)) == parts(100, 100)  # type: ignore[arg-type]
     _counters_hold_what_is_stored(layer, range(2))

@@ -15,9 +15,10 @@ from archiver.daemon.loop import drain
 from archiver.web import create_app
 from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy, WrongKeyType
+from layers.archive.commit import Pending
 from layers.control.liveness import Liveness
 from layers.errors import CorruptMetadata
-from stats.commit import Committer, Pending
+from stats.commit_rollups import committer as archive_committer
 from tests.flavours import Flavour
 from tests.helpers import complete_partitions, run_cli
 
@@ -186,7 +187,7 @@ def test_commit_refuses_a_tampered_statistics_counter_before_any_write(
     ArchiveQueue(real_redis, keys).ensure_group()
     real_redis.hset(keys.stats_global, "completed", "lots")
     part = ArchivedPartition(1, 1, 10, "w", 1_700_000_000, 5)
-    committer = Committer(archive)
+    committer = archive_committer(archive)
     with pytest.raises(CorruptMetadata, match="completed"):
         committer.commit(Pending.of([("-", part)]))
     assert real_redis.bitcount(keys.index) == 0 and not real_redis.exists(keys.archive_meta)

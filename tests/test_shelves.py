@@ -177,9 +177,9 @@ def test_a_damaged_shelf_is_reported_then_quarantined_and_rebuilt(
     assert real_redis.get(key) == damaged  # a read never repairs
     late = parts(200, 1)
     layer.stage(late)
-    assert layer.seal(2)  # the next seal puts the damaged shelf aside and starts it again
+    assert layer.sealing.seal(2)  # the next seal puts the damaged shelf aside and starts it again
     assert real_redis.get(layer.keys.shelf_quarantine(0)) == damaged
-    assert layer.decode_batch(layer.batch_blob(2)) == late  # type: ignore[arg-type]
+    assert layer.sealing.decode_batch(layer.batch_blob(2)) == late  # type: ignore[arg-type]
     assert layer.batch_blob(1) is None
     assert any(b"corrupt shelf" in e[1][b"reason"] for e in real_redis.xrange(layer.keys.dead_letter))
 
@@ -200,9 +200,9 @@ def test_batch_keys_from_before_shelves_are_read_and_moved_by_the_next_seal(
     assert StatsChecker(real_redis, layer.keys, policy=layer.policy).check().partitions_with_detail == 100
     straggler = ArchivedPartition(150, 149001, 150000, "late", NOW, 1)
     layer.stage([straggler])
-    assert layer.seal(1)
+    assert layer.sealing.seal(1)
     assert not real_redis.exists(layer.keys.batch(1))
-    assert layer.decode_batch(layer.batch_blob(1)) == [*old[:50], straggler, *old[51:]]  # type: ignore[arg-type]
+    assert layer.sealing.decode_batch(layer.batch_blob(1)) == [*old[:50], straggler, *old[51:]]  # type: ignore[arg-type]
 
 
 def test_the_sweep_leaves_a_batch_sealed_again_since_it_read_it(real_redis: redis.Redis, namespace: str) -> None:
@@ -213,7 +213,7 @@ def test_the_sweep_leaves_a_batch_sealed_again_since_it_read_it(real_redis: redi
 
     def reseal_meanwhile(numbers: object, **kwargs: bool) -> object:
         got = read(numbers, **kwargs)  # type: ignore[arg-type]
-        layer.seal(1, extra=parts(150, 1))  # a straggler's record (completed now) sealed in between
+        layer.sealing.seal(1, extra=parts(150, 1))  # a straggler's record (completed now) sealed in between
         return got
 
     layer.shelves.read = reseal_meanwhile  # type: ignore[method-assign]
@@ -245,7 +245,7 @@ def test_a_namespace_from_before_shelves_is_moved_into_shelves_once(
     assert steps == 1 and real_redis.hget(layer.keys.archive_meta, "shelved") == b"1"
     assert not any(real_redis.exists(layer.keys.batch(b)) for b in range(5))
     assert real_redis.get(layer.keys.quarantine(4)) == b"\xa7P\x01\x01damaged"
-    assert [layer.decode_batch(layer.batch_blob(b)) for b in range(4)] == [  # type: ignore[arg-type]
+    assert [layer.sealing.decode_batch(layer.batch_blob(b)) for b in range(4)] == [  # type: ignore[arg-type]
         [p for p in records if p.partition_id // 100 == b] for b in range(4)
     ]
     assert all(router.get(pid).partition == records[pid - 1] for pid in (1, 150, 399))

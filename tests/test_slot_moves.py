@@ -311,9 +311,9 @@ def test_a_commit_refused_past_the_budget_is_retried_by_the_next_round_not_dead_
 ) -> None:
     config = Config(namespace=namespace, block_ms=10, claim_idle_ms=1, max_deliveries=1, stats_flush_interval_s=60)
     daemon = ArchiverDaemon(real_redis, config, consumer="d")
-    daemon.pages.reader = None  # read and commit in turn, as on Redis Cluster
+    daemon.pages.pipeline.reader = None  # read and commit in turn, as on Redis Cluster
     monkeypatch.setattr(loop, "backoff_s", lambda _failures: 0.0)
-    committer = daemon.pages.committer
+    committer = daemon.pages.pipeline.committer
     run, refused = committer._run, Replies(*[SlotMoving("refused 'commit' for 10 s")] * 3, None)
 
     def run_unless_refused(call: Any) -> Any:

@@ -11,10 +11,11 @@ from archiver import ArchiverDaemon, Config
 from archiver.daemon.loop import drain
 from codec import ArchivedPartition
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy
+from layers.archive.commit import CommitBuffer
 from layers.archive.shelves import SlotWrite
 from layers.control.maintenance import MaintenanceLock
 from stats import StatsChecker, StatsReader
-from stats.commit import CommitBuffer
+from stats.commit_rollups import commit_buffer
 from tests.conftest import Clock
 from tests.helpers import complete_partitions, kill_archiver_when, start_archiver, wait_for
 
@@ -42,7 +43,7 @@ def queued(client: redis.Redis, namespace: str, parts: list[ArchivedPartition]) 
 
 def accumulator(client: redis.Redis, namespace: str, **kw: object) -> CommitBuffer:
     archive = ArchiveLayer(client, KeySchema(namespace), TierPolicy())
-    return CommitBuffer(archive, **kw)  # type: ignore[arg-type]
+    return commit_buffer(archive, **kw)  # type: ignore[arg-type]
 
 
 def test_flush_by_count(real_redis: redis.Redis, namespace: str) -> None:
@@ -190,8 +191,8 @@ def archive_known_parts(client: redis.Redis, namespace: str, policy: TierPolicy)
     archive = ArchiveLayer(client, KeySchema(namespace), policy)
     entries = queued(client, namespace, known_parts())
     archive.write_detail([p for _, p in entries])
-    archive.seal_idle()
-    acc = CommitBuffer(archive, range_width=5)
+    archive.sealing.seal_idle()
+    acc = commit_buffer(archive, range_width=5)
     acc.add(entries)
     acc.flush()
     return archive

@@ -11,7 +11,8 @@ import redis
 
 from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, Tier, TierPolicy
-from stats.commit import Committer, Pending
+from layers.archive.commit import Pending
+from stats.commit_rollups import committer as archive_committer
 
 POLICY = TierPolicy(compressed_from=1_000, summary_above=5_000)
 TOTALS = sorted({t for edge in (POLICY.compressed_from, POLICY.summary_above) for t in range(edge - 2, edge + 3)})
@@ -33,7 +34,7 @@ def test_commit_script_moves_the_tier_as_the_python_rule_says(
 ) -> None:
     keys = KeySchema.of(namespace, client=any_redis)
     ArchiveQueue(any_redis, keys).ensure_group()
-    committer = Committer(ArchiveLayer(any_redis, keys, POLICY))
+    committer = archive_committer(ArchiveLayer(any_redis, keys, POLICY))
     pids = itertools.count(1)
     for total in TOTALS:
         any_redis.hset(keys.archive_meta, mapping={"total": total - 1, "tier": stored.value})

@@ -13,6 +13,7 @@ from archiver.daemon.loop import drain
 from codec import ArchivedPartition, ValidationError
 from codec.shelf import SHELF_SLOTS, pack_shelf, shelved, unpack_shelf
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, Tier, TierPolicy, migrate_step
+from layers.archive.sealing import UnwrittenSeals
 from layers.archive.shelves import StoredBatch
 from tests.conftest import delete_namespace
 from tests.flavours import Flavour
@@ -61,7 +62,7 @@ def test_compressed_tier_stages_then_seals_full_and_idle_batches(real_redis: red
     q = router(real_redis, namespace, layer)
     assert q.get(150).source is Source.BATCH and q.get(220).source is Source.STAGING
     assert q.get(220).partition == parts(220, 1)[0]
-    assert layer.seal_idle() == 1
+    assert layer.sealing.seal_idle() == 1
     assert q.get(220).source is Source.BATCH and not real_redis.exists(keys.staging(2))
     assert real_redis.bitcount(keys.index) == 250 and layer.archived_total() == 250
     assert real_redis.hlen(keys.completed) == 0 and layer.open_batch_count() == 0
@@ -82,7 +83,7 @@ def test_whole_batches_in_hand_are_sealed_without_staging(
     assert staged == list(range(200, 251)) and layer.batch_blob(0) and layer.batch_blob(1)
     store(layer, parts(251, 100))  # batch 2 = 51 staged before + 49 in hand; batch 3 partial
     assert staged == list(range(200, 351))
-    assert layer.decode_batch(layer.batch_blob(2)) == parts(200, 100)  # type: ignore[arg-type]
+    assert layer.sealing.decode_batch(layer.batch_blob(2)) == parts(200, 100)  # type: ignore[arg-type]
     assert not real_redis.exists(keys.staging(2)) and real_redis.hlen(keys.staging(3)) == 51
     q = router(real_redis, namespace, layer)
     for pid in (1, 99, 100, 199, 200, 250, 251, 299):
@@ -97,10 +98,10 @@ def test_straggler_reseals_its_batch(real_redis: redis.Redis, namespace: str) ->
     layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=0)
     batch = parts(500, 100)
     store(layer, batch[:40] + batch[41:])
-    layer.seal_idle()
+    layer.sealing.seal_idle()
     store(layer, [batch[40]])
-    assert layer.seal_idle() == 1
-    assert layer.decode_batch(layer.batch_blob(5)) == batch  # type: ignore[arg-type]
+    assert layer.sealing.seal_idle() == 1
+    assert layer.sealing.decode_batch(layer.batch_blob(5)) == batch  # type: ignore[arg-type]
 
 
 def test_concurrent_archivers_sealing_one_batch_lose_nothing(real_redis: redis.Redis, namespace: str) -> None:
@@ -112,7 +113,7 @@ def test_concurrent_archivers_sealing_one_batch_lose_nothing(real_redis: redis.R
         try:
             for record in share:
                 layer.stage([record])
-                layer.seal(7)
+                layer.sealing.seal(7)
         except BaseException as exc:  # surfaced below
             errors.append(exc)
 
@@ -123,8 +124,8 @@ def test_concurrent_archivers_sealing_one_batch_lose_nothing(real_redis: redis.R
         t.join()
     assert errors == []
     layer = archive_layer(real_redis, namespace, compressed_from=0)
-    layer.seal(7)
-    assert layer.decode_batch(layer.batch_blob(7)) == batch  # type: ignore[arg-type]
+    layer.sealing.seal(7)
+    assert layer.sealing.decode_batch(layer.batch_blob(7)) == batch  # type: ignore[arg-type]
     assert not real_redis.exists(layer.keys.staging(7))
 
 
@@ -174,7 +175,7 @@ def test_simple_to_compressed_transition_moves_everything(real_redis: redis.Redi
     steps = 0
     while migrate_step(layer):
         steps += 1
-    layer.seal_idle()
+    layer.sealing.seal_idle()
     stop.set()
     reader.join()
     assert misses == []
@@ -245,12 +246,12 @@ def test_resealing_a_corrupt_batch_quarantines_the_blob(real_redis: redis.Redis,
     layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=0)
     batch = parts(300, 100)
     store(layer, batch[:99])
-    layer.seal_idle()
+    layer.sealing.seal_idle()
     corrupt = b"\xa7P\x01\x01garbage"
     put_slot(real_redis, layer, 3, corrupt)
     store(layer, batch[99:])  # a straggler arrives for the corrupt batch
-    layer.seal_idle()
-    assert layer.decode_batch(layer.batch_blob(3)) == batch[99:]  # type: ignore[arg-type]
+    layer.sealing.seal_idle()
+    assert layer.sealing.decode_batch(layer.batch_blob(3)) == batch[99:]  # type: ignore[arg-type]
     assert real_redis.get(layer.keys.quarantine(3)) == corrupt
     dead = real_redis.xrange(layer.keys.dead_letter)
     assert any(b"quarantined" in d[1][b"reason"] for d in dead)
@@ -260,8 +261,8 @@ def test_a_corrupt_staged_record_is_dead_lettered_not_fatal(real_redis: redis.Re
     layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=0)
     store(layer, parts(400, 10))
     real_redis.hset(layer.keys.staging(4), "455", b"{broken")
-    assert layer.seal_idle() == 1
-    assert [p.partition_id for p in layer.decode_batch(layer.batch_blob(4))] == list(  # type: ignore[arg-type]
+    assert layer.sealing.seal_idle() == 1
+    assert [p.partition_id for p in layer.sealing.decode_batch(layer.batch_blob(4))] == list(  # type: ignore[arg-type]
         range(400, 410)
     )
     assert not real_redis.exists(layer.keys.staging(4))
@@ -272,7 +273,7 @@ def test_a_batch_with_only_corrupt_staged_records_is_cleared(real_redis: redis.R
     layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=0)
     layer.stage(parts(300, 1))
     real_redis.hset(layer.keys.staging(3), "300", b"{broken")
-    assert layer.seal(3) is False
+    assert layer.sealing.seal(3) is False
     assert not real_redis.exists(layer.keys.staging(3)) and layer.batch_blob(3) is None
     assert layer.open_batch_count() == 0
     assert len(real_redis.xrange(layer.keys.dead_letter)) == 1
@@ -309,19 +310,19 @@ def test_seal_many_writes_in_one_pass_and_loses_nothing_changed_meanwhile(
 
     def change_meanwhile(stored: StoredBatch, *args: object, **kwargs: object) -> object:
         prepared = original(stored, *args, **kwargs)  # type: ignore[arg-type]
-        if stored.batch_no == 11 and not other.seals:
-            other.stage([late]) if meanwhile == "staged" else other.seal(11, extra=[late])
+        if stored.batch_no == 11 and not other.sealing.seals:
+            other.stage([late]) if meanwhile == "staged" else other.sealing.seal(11, extra=[late])
         return prepared
 
     layer.sealing._prepare_seal = change_meanwhile  # type: ignore[method-assign]
-    assert layer.seal_many({b: [r for r in rs if r != late] for b, rs in by_batch.items()}) == 3
+    assert layer.sealing.seal_many({b: [r for r in rs if r != late] for b, rs in by_batch.items()}) == 3
     if meanwhile == "staged":
         assert real_redis.hkeys(layer.keys.staging(11)) == [b"1150"] and layer.open_batch_count() == 1
-        assert layer.seal_idle() == 1
+        assert layer.sealing.seal_idle() == 1
     else:
-        assert other.seals[11] == 1 and layer.seals[11] == 1  # written once, after one refusal
+        assert other.sealing.seals[11] == 1 and layer.sealing.seals[11] == 1  # written once, after one refusal
     for b, rs in by_batch.items():
-        assert layer.decode_batch(layer.batch_blob(b)) == rs  # type: ignore[arg-type]
+        assert layer.sealing.decode_batch(layer.batch_blob(b)) == rs  # type: ignore[arg-type]
         assert not real_redis.exists(layer.keys.staging(b))
     assert layer.open_batch_count() == 0
 
@@ -330,17 +331,17 @@ def test_a_registry_lost_with_redis_is_not_trusted_from_memory(real_redis: redis
     """Redis comes back empty while two archivers run: numbers the first still holds in memory
     now name other workers, and must not be written into new blobs or used to read them."""
     a = archive_layer(real_redis, namespace, compressed_from=0)
-    a.seal_many({1: [ArchivedPartition(p, p, p, "x" if p % 2 else "y", NOW, 1) for p in range(100, 200)]})
+    a.sealing.seal_many({1: [ArchivedPartition(p, p, p, "x" if p % 2 else "y", NOW, 1) for p in range(100, 200)]})
     assert a.workers.map.known_short_id("x") == 1
     reader = router(real_redis, namespace, a)
     reader.get(150)  # a reader that has read the numbers from before: x = 1, y = 2
     assert reader.archive.workers.map.known_short_id("x") == 1
     delete_namespace(real_redis, namespace)
     b = archive_layer(real_redis, namespace, compressed_from=0)
-    b.seal_many({2: [ArchivedPartition(p, p, p, "y", NOW, 1) for p in range(200, 300)]})  # y is now 1
+    b.sealing.seal_many({2: [ArchivedPartition(p, p, p, "y", NOW, 1) for p in range(200, 300)]})  # y is now 1
     x_batch = [ArchivedPartition(p, p, p, "x", NOW, 1) for p in range(300, 400)]
-    a.seal(3, extra=x_batch)
-    assert b.decode_batch(a.batch_blob(3)) == x_batch  # type: ignore[arg-type]
+    a.sealing.seal(3, extra=x_batch)
+    assert b.sealing.decode_batch(a.batch_blob(3)) == x_batch  # type: ignore[arg-type]
     answer = reader.get(250)
     assert answer.partition is not None and answer.partition.worker_id == "y"
 
@@ -353,35 +354,36 @@ def test_a_seal_closes_its_batch_after_the_server_forgot_the_cleanup_script(
     the batch's staging was counted, which is counted again: the batch is not left open."""
     layer = archive_layer(fake_redis, namespace, compressed_from=0, seal_idle_s=0)
     store(layer, parts(100, 50))
-    assert layer.seal_idle() == 1  # the cleanup script is loaded now
+    assert layer.sealing.seal_idle() == 1  # the cleanup script is loaded now
     store(layer, parts(300, 50))
     fake_redis.script_flush()
-    assert layer.seal_idle() == 1
+    assert layer.sealing.seal_idle() == 1
     assert layer.open_batch_count() == 0 and not fake_redis.exists(layer.keys.staging(3))
-    assert layer.decode_batch(layer.batch_blob(3)) == parts(300, 50)  # type: ignore[arg-type]
+    assert layer.sealing.decode_batch(layer.batch_blob(3)) == parts(300, 50)  # type: ignore[arg-type]
 
 
 def test_a_seal_deferred_is_written_with_the_next_reads_and_its_bookkeeping_after(
     real_redis: redis.Redis, namespace: str
 ) -> None:
     """The archiver's pages: a page's seals are written with the next page's reads (or by
-    `flush_seals`) and their bookkeeping (staged records deleted, batch closed, byte counters)
+    `BatchSealing.flush`) and their bookkeeping (staged records deleted, batch closed, byte counters)
     with the reads after; meanwhile a record staged before answers from its staging."""
     layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=3600)
+    seals = UnwrittenSeals()
     keys, q = layer.keys, router(real_redis, namespace, layer)
-    layer.seal_page(layer.stage_page(parts(1, 150)), Tier.COMPRESSED, defer=True)  # 100..150 staged
-    assert layer.unwritten_seals and layer.batch_blob(0) is None  # batch 0: encoded, not written
-    layer.seal_page(layer.stage_page(parts(151, 49)), Tier.COMPRESSED, defer=True)  # batch 1 whole in staging
-    assert layer.decode_batch(layer.batch_blob(0)) == parts(1, 99)  # type: ignore[arg-type]
+    layer.seal_page(layer.stage_page(parts(1, 150), seals), Tier.COMPRESSED, defer=seals)  # 100..150 staged
+    assert seals and layer.batch_blob(0) is None  # batch 0: encoded, not written
+    layer.seal_page(layer.stage_page(parts(151, 49), seals), Tier.COMPRESSED, defer=seals)  # batch 1 whole in staging
+    assert layer.sealing.decode_batch(layer.batch_blob(0)) == parts(1, 99)  # type: ignore[arg-type]
     assert layer.batch_blob(1) is None and layer.compression_ratio() == 0.0  # batch 0's counters wait
     assert real_redis.hlen(keys.staging(1)) == 100 and q.get(180).partition == parts(180, 1)[0]
-    layer.seal_page(layer.stage_page(parts(200, 10)), Tier.COMPRESSED, defer=True)  # batch 1 written now
-    assert layer.decode_batch(layer.batch_blob(1)) == parts(100, 100)  # type: ignore[arg-type]
+    layer.seal_page(layer.stage_page(parts(200, 10), seals), Tier.COMPRESSED, defer=seals)  # batch 1 written now
+    assert layer.sealing.decode_batch(layer.batch_blob(1)) == parts(100, 100)  # type: ignore[arg-type]
     assert real_redis.hlen(keys.staging(1)) == 100 and layer.compression_ratio() > 0  # batch 1's bookkeeping waits
-    layer.seal_page(layer.stage_page(parts(210, 90)), Tier.COMPRESSED, defer=True)
-    assert not real_redis.exists(keys.staging(1)) and layer.unwritten_seals
-    layer.flush_seals()
-    assert not layer.unwritten_seals and layer.open_batch_count() == 0 and not real_redis.exists(keys.staging(2))
+    layer.seal_page(layer.stage_page(parts(210, 90), seals), Tier.COMPRESSED, defer=seals)
+    assert not real_redis.exists(keys.staging(1)) and seals
+    layer.sealing.flush(seals)
+    assert not seals and layer.open_batch_count() == 0 and not real_redis.exists(keys.staging(2))
     for pid in (1, 120, 199, 250, 299):
         assert q.get(pid).source is Source.BATCH and q.get(pid).partition == parts(pid, 1)[0], pid
     blob_bytes = sum(len(layer.batch_blob(b) or b"") for b in range(3))
@@ -393,12 +395,13 @@ def test_a_seal_deferred_and_refused_is_sealed_again_with_what_changed(real_redi
     """Another archiver writes the batch's slot between a page's read and its deferred write: the
     write is refused and the batch sealed again, from both."""
     layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=3600)
+    seals = UnwrittenSeals()
     other = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=3600)
     mine = parts(300, 100)
-    layer.seal_page(layer.stage_page(mine), Tier.COMPRESSED, defer=True)  # batch 3, whole in hand
+    layer.seal_page(layer.stage_page(mine, seals), Tier.COMPRESSED, defer=seals)  # batch 3, whole in hand
     theirs = [ArchivedPartition(p.partition_id, p.min_id, p.max_id, "z", p.completed_at, 1) for p in mine[:10]]
     other.write_detail(theirs[:5])  # staged by the other, then ...
     other.sealing.seal(3, Tier.COMPRESSED)  # ... sealed into the slot
-    layer.flush_seals()
-    assert layer.decode_batch(layer.batch_blob(3)) == mine  # type: ignore[arg-type]  # the records in hand win
+    layer.sealing.flush(seals)
+    assert layer.sealing.decode_batch(layer.batch_blob(3)) == mine  # type: ignore[arg-type]  # the records in hand win
     assert layer.sealing.seals[3] == 1 and not real_redis.exists(layer.keys.staging(3))

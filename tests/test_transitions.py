@@ -55,7 +55,7 @@ def everything_in_one_place(client: redis.Redis, layer: ArchiveLayer, parts: lis
     stored: dict[int, ArchivedPartition] = {}
     for b in range(layer.policy.batch_of(max(p.partition_id for p in parts)) + 1):
         blob = layer.batch_blob(b)
-        for p in layer.decode_batch(blob) if blob else []:  # type: ignore[arg-type]
+        for p in layer.sealing.decode_batch(blob) if blob else []:  # type: ignore[arg-type]
             assert p.partition_id not in stored
             stored[p.partition_id] = p
     assert stored == {p.partition_id: p for p in parts}
@@ -72,7 +72,7 @@ def test_move_finishes_over_a_sparse_hash_and_seals_each_batch_once(real_redis: 
     while migrate_step(layer):
         steps += 1
     everything_in_one_place(real_redis, layer, parts)
-    assert steps >= 300 / 20 and set(layer.seals.values()) == {1} and len(layer.seals) == 301
+    assert steps >= 300 / 20 and set(layer.sealing.seals.values()) == {1} and len(layer.sealing.seals) == 301
     state = transition_state(layer)
     assert state.simple_left == 0 and state.moved == 30_000 and state.move_cursor > state.last_batch
 
@@ -91,7 +91,7 @@ def test_stragglers_behind_the_cursor_are_moved_in_order(real_redis: redis.Redis
     while migrate_step(layer):
         pass
     assert layer.simple_size() == 0
-    batch0 = {p.partition_id: p for p in layer.decode_batch(layer.batch_blob(0))}  # type: ignore[arg-type]
+    batch0 = {p.partition_id: p for p in layer.sealing.decode_batch(layer.batch_blob(0))}  # type: ignore[arg-type]
     assert batch0[5].worker_id == "late" and len(batch0) == 99
     assert QueryRouter(real_redis, layer.keys, policy=layer.policy).get(2999).source is Source.BATCH
 
@@ -117,7 +117,7 @@ def test_kill_9_mid_move_then_resume(engine_url: str, real_redis: redis.Redis, n
     while migrate_step(layer):
         pass
     everything_in_one_place(real_redis, layer, parts)
-    assert max(layer.seals.values()) == 1  # the resumed move seals each remaining batch once
+    assert max(layer.sealing.seals.values()) == 1  # the resumed move seals each remaining batch once
     assert int(real_redis.bitcount(keys.index)) == 20_000  # type: ignore[arg-type]
 
 
@@ -158,8 +158,8 @@ def test_two_replicas_race_and_only_one_maintains(real_redis: redis.Redis, names
     assert sum(d.has_lock for d in daemons) == 1
     layer = ArchiveLayer(real_redis, keys, config.policy)
     everything_in_one_place(real_redis, layer, parts)
-    moved_by = [d for d in daemons if d.archive.seals]
-    assert len(moved_by) == 1 and max(moved_by[0].archive.seals.values()) == 1
+    moved_by = [d for d in daemons if d.archive.sealing.seals]
+    assert len(moved_by) == 1 and max(moved_by[0].archive.sealing.seals.values()) == 1
 
 
 def test_live_completions_during_the_move_land_in_the_right_tier(real_redis: redis.Redis, namespace: str) -> None:
@@ -193,7 +193,7 @@ def test_retention_changed_at_run_time(real_redis: redis.Redis, namespace: str) 
     layer = ArchiveLayer(real_redis, keys, TierPolicy(compressed_from=0, summary_above=0, retention_s=3 * 3600))
     ArchiveQueue(real_redis, keys).ensure_group()
     archive_now(layer, [(f"0-{p.partition_id}", p) for p in records(1, 299, completed_at=NOW - 7200)])
-    layer.seal_all()
+    layer.sealing.seal_all()
     assert layer.tier() is Tier.SUMMARY
     while migrate_step(layer):  # batches sealed while the tier was still compressed join the expiry index
         pass
@@ -212,12 +212,12 @@ def test_retention_changed_at_run_time(real_redis: redis.Redis, namespace: str) 
 
 def test_statistics_keep_their_own_retention(real_redis: redis.Redis, namespace: str) -> None:
     from stats import StatsCompactor
-    from stats.commit import CommitBuffer
+    from stats.commit_rollups import commit_buffer
 
     keys = KeySchema(namespace)
     layer = ArchiveLayer(real_redis, keys, TierPolicy())
     ArchiveQueue(real_redis, keys).ensure_group()
-    acc = CommitBuffer(layer, flush_count=10_000, range_width=100)
+    acc = commit_buffer(layer, flush_count=10_000, range_width=100)
     old, young = NOW - 40 * 86400, NOW - 3600
     parts = [
         ArchivedPartition(p, p * 10, p * 10 + 9, f"w{p % 3}", (old if p <= 1000 else young) + p, 5)
@@ -262,7 +262,7 @@ def test_compaction_before_the_first_commit_leaves_the_ranges_alone(real_redis: 
     """A maintenance round in a namespace with nothing counted yet (an idle daemon) must not move the
     merge cursor past ranges that simply have no statistics yet."""
     from stats import StatsCompactor
-    from stats.commit import CommitBuffer
+    from stats.commit_rollups import commit_buffer
 
     keys = KeySchema(namespace)
     compactor = StatsCompactor(real_redis, keys, range_width=100, range_keep_days=30)
@@ -272,7 +272,7 @@ def test_compaction_before_the_first_commit_leaves_the_ranges_alone(real_redis: 
     ArchiveQueue(real_redis, keys).ensure_group()
     parts = [ArchivedPartition(p, p * 10, p * 10 + 9, "w", NOW - 60, 5) for p in range(1, 301)]
     layer.write_detail(parts)
-    acc = CommitBuffer(layer, range_width=100)
+    acc = commit_buffer(layer, range_width=100)
     acc.add([("-", p) for p in parts])
     acc.flush()
     while compactor.step(now=NOW):
@@ -282,12 +282,12 @@ def test_compaction_before_the_first_commit_leaves_the_ranges_alone(real_redis: 
 
 def test_day_rolls_stop_at_the_newest_completions_day(real_redis: redis.Redis, namespace: str) -> None:
     from stats import StatsCompactor
-    from stats.commit import CommitBuffer
+    from stats.commit_rollups import commit_buffer
 
     keys = KeySchema(namespace)
     layer = ArchiveLayer(real_redis, keys, TierPolicy())
     ArchiveQueue(real_redis, keys).ensure_group()
-    acc = CommitBuffer(layer, range_width=100)
+    acc = commit_buffer(layer, range_width=100)
     old = NOW - 400 * 86400  # an import of last year's work: a year of empty days lies between it and now
     parts = [ArchivedPartition(p, p * 10, p * 10 + 9, "w", old + p * 3600, 5) for p in range(1, 49)]
     layer.write_detail(parts)

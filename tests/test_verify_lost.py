@@ -77,7 +77,7 @@ def test_detail_the_summary_tier_expired_is_not_missing(real_redis: redis.Redis,
     archive = daemon.archive
     assert archive.tier() is Tier.SUMMARY
     archive.set_retention(0)
-    archive.seal_all()
+    archive.sealing.seal_all()
     while migrate_step(archive, now=time.time() + 10):
         pass
     expired = int(real_redis.hget(daemon.keys.archive_meta, "expired") or 0)

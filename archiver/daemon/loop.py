@@ -99,7 +99,7 @@ class ArchiverDaemon:
         self.liveness = ns.liveness
         self.backlog = BacklogGuard(ns)
         self.pages = PageArchiver(ns, self.consumer, self.backlog, after_read=lambda: self.fault_point("after_read"))
-        self.commit_buffer = self.pages.commit_buffer
+        self.commit_buffer = self.pages.pipeline.commit_buffer
         self.started = time.time()
         self._next_beat = 0.0
         self._beat_archived = 0
@@ -188,7 +188,7 @@ class ArchiverDaemon:
         self.namespace.remember_binding()
         self.archive.check_meta()
         self.archive.check_batch_size()
-        self.commit_buffer.check_range_width()
+        self.commit_buffer.committer.check_statistics()
 
     def flush(self) -> None:
         """Commit what is buffered (also done on stop).
@@ -354,7 +354,7 @@ class ArchiverDaemon:
         done = 0
         if force or now >= self._next_maintenance:
             self._next_maintenance = now + self.config.maintenance_interval_s
-            done += self.archive.seal_idle()
+            done += self.archive.sealing.seal_idle()
             held = self.lock.acquire()
             if held != self.has_lock:
                 log.info("maintenance lock " + ("taken" if held else "lost"), holder=self.lock.holder_now())

@@ -79,7 +79,7 @@ class Exporter:
                     self.skipped.append(f"batch:{b}: {batch.damaged}")
                 for blob in batch.blobs:
                     try:
-                        parts = self.archive.decode_batch(blob)
+                        parts = self.archive.sealing.decode_batch(blob)
                     except DecodeError as exc:
                         self.skipped.append(f"batch:{b}: {exc}")
                         continue

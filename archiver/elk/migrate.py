@@ -37,8 +37,9 @@ from archiver.config import Config
 from archiver.namespace import Namespace
 from codec import ArchivedPartition
 from layers import Tier
+from layers.archive.commit import CommitBuffer
 from layers.elk import ElkSource, FamilySurvey, Item, Rejected
-from stats.commit import CommitBuffer
+from stats.commit_rollups import commit_buffer
 
 SOURCES = ("active", "archived", "batch")
 CHUNK = 2000
@@ -165,7 +166,7 @@ class ElkMigration:
                 if progress:
                     progress(done.already + done.imported)
         if batched:
-            self.archive.seal_all()  # what an interrupted earlier run left staged
+            self.archive.sealing.seal_all()  # what an interrupted earlier run left staged
         report.import_s = round(time.monotonic() - importing, 3)
         report.verified = self.verify(report)
         if delete_source and report.ok:
@@ -230,7 +231,7 @@ class ElkMigration:
     def _commit_buffer(self) -> CommitBuffer:
         buffer: CommitBuffer | None = getattr(self._buffers, "buffer", None)
         if buffer is None:  # flushed by `_import`, one commit per chunk
-            buffer = self._buffers.buffer = CommitBuffer(
+            buffer = self._buffers.buffer = commit_buffer(
                 self.archive, flush_count=2**62, flush_interval_s=3600, range_width=self.config.stats_range_width
             )
         return buffer
@@ -246,7 +247,7 @@ class ElkMigration:
                 by_batch: dict[int, list[ArchivedPartition]] = {}
                 for batch, run in groupby(new, key=lambda it: it.archived.partition_id // size):  # a run per batch
                     by_batch.setdefault(batch, []).extend(it.archived for it in run)
-                self.archive.seal_many(by_batch)
+                self.archive.sealing.seal_many(by_batch)
             elif self.archive.tier() is Tier.SIMPLE:
                 self.archive.write_simple({it.archived.partition_id: it.detail for it in new})
             else:

@@ -19,7 +19,7 @@ and the detail is written again with the same value.
 from __future__ import annotations
 
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +29,7 @@ import redis
 from codec import ArchivedPartition, ValidationError
 from codec.elk import ElkRecord, as_archived
 from codec.page import Columns
-from layers.archive.sealing import BatchSealing, SealReads
+from layers.archive.sealing import BatchSealing, SealReads, UnwrittenSeals
 from layers.archive.shelves import ShelfStore
 from layers.archive.tiers import Tier, TierPolicy
 from layers.archive.workers import WorkerRegistry
@@ -56,6 +56,7 @@ class ArchiveLayer:
         self._scripts = Scripts.of(redis_client)
         self.shelves = ShelfStore(redis_client, self.keys)
         self.dead_letters = self.shelves.dead_letters
+        #: sealing (`layers.archive.sealing`): seals, the seals deferred by `seal_page`, decoding a batch
         self.sealing = BatchSealing(redis_client, self.keys, self.policy, self.workers, self.shelves)
         self._batch_size_checked = False
         self.batch_sizes = StoredBatchSize(self.keys.archive_meta, self.policy.batch_size)
@@ -65,31 +66,6 @@ class ArchiveLayer:
     def tier(self) -> Tier:
         """The stored tier (it only moves up), or the policy's tier for the total if that is higher."""
         return read_tier(self.redis, self.keys, self.policy)
-
-    # sealing (`layers.archive.sealing`)
-
-    @property
-    def seals(self) -> Counter[int]:
-        """Batch number -> seals made by this process."""
-        return self.sealing.seals
-
-    def seal(self, batch_no: int, tier: Tier | None = None, extra: Sequence[ArchivedPartition] = ()) -> bool:
-        return self.sealing.seal(batch_no, tier, extra)
-
-    def seal_many(self, batches: dict[int, list[ArchivedPartition]], tier: Tier | None = None) -> int:
-        return self.sealing.seal_many(batches, tier)
-
-    def seal_idle(self, now: float | None = None, limit: int = 100) -> int:
-        return self.sealing.seal_idle(now, limit)
-
-    def seal_all(self) -> int:
-        return self.sealing.seal_all()
-
-    def decode_batch(self, blob: bytes) -> list[ArchivedPartition]:
-        return self.sealing.decode_batch(blob)
-
-    def find_in_batch(self, blob: bytes, pid: int) -> ArchivedPartition | None:
-        return self.sealing.find_in_batch(blob, pid)
 
     def retention_s(self) -> int:
         """The summary tier's retention: the stored policy, else the configured one."""
@@ -182,14 +158,17 @@ class ArchiveLayer:
     def _write_batches(self, parts: Sequence[ArchivedPartition | ElkRecord], tier: Tier) -> None:
         self.seal_page(self.stage_page(parts), tier)
 
-    def stage_page(self, parts: Sequence[ArchivedPartition | ElkRecord]) -> StagedPage:
+    def stage_page(
+        self, parts: Sequence[ArchivedPartition | ElkRecord], unwritten: UnwrittenSeals | None = None
+    ) -> StagedPage:
         """The first half of writing a page of records in a batch tier, one round trip: the
         records of batches that are not whole in hand are staged, and every batch of the records is
-        read as sealing reads it (its staging, after the staging writes, and its slot). The second
+        read as sealing reads it (its staging, after the staging writes, and its slot), and the
+        seals of ``unwritten`` (an earlier page's, `seal_page`) are written first. The second
         half, `seal_page`, seals every batch the records fill completely, or that its staging now
         holds completely, from the records in hand (`BatchSealing.seal_read`). Workers claim the
         lowest pending partition, so a page of completions mostly holds whole batches. Split in
-        two so the archiver can send the last page's commit in between (`archiver.daemon.pages`):
+        two so the archiver can send the last page's commit in between (`archiver.daemon.pipeline`):
         Redis runs it while this process encodes the batches."""
         self.check_batch_size()
         size, capacity = self.policy.batch_size, self.policy.capacity
@@ -208,7 +187,8 @@ class ArchiveLayer:
         rest = [p for b, group in by_batch.items() if b not in whole for p in group]
         pipe = self.redis.pipeline(transaction=False)
         staged_batches = self._queue_stage(pipe, rest)
-        reads = self.sealing.queue_reads(pipe, by_batch, {p.worker_id for got in archived.values() for p in got})
+        workers = {p.worker_id for got in archived.values() for p in got}
+        reads = self.sealing.queue_reads(pipe, by_batch, workers, unwritten)
         replies = pipe.execute(raise_on_error=False)
         staging = len(staged_batches) + bool(staged_batches)
         for reply in replies[:staging]:
@@ -218,27 +198,15 @@ class ArchiveLayer:
         full = {b for b in staged_batches if len(read.staged[b]) >= self.policy.capacity(b)}
         return StagedPage({b: archived[b] for b in sorted(whole | full)}, read)
 
-    def seal_page(self, page: StagedPage, tier: Tier, *, defer: bool = False) -> None:
+    def seal_page(self, page: StagedPage, tier: Tier, *, defer: UnwrittenSeals | None = None) -> None:
         """The second half of `stage_page`: the batches it found whole, sealed. ``defer``: they are
-        encoded now, written with the next page's reads, and their bookkeeping (deleting the staged
-        records they hold, the open-batch set, the counters) goes with the reads after: two round
-        trips less a page. Until `flush_seals` (or the next `stage_page`) the records are neither
-        in their slots nor, for a batch whole in hand, staged: nothing may commit them before."""
+        encoded into it now and written when it is handed to the next `stage_page` (with the next
+        page's reads), and their bookkeeping (deleting the staged records they hold, the open-batch
+        set, the counters) goes with the reads after: two round trips less a page. Until then the
+        records are neither in their slots nor, for a batch whole in hand, staged: nothing may
+        commit them before (`archiver.daemon.pipeline.WritePipeline` sees to it)."""
         if page.to_seal:
             self.sealing.seal_read(page.to_seal, page.read, tier, defer=defer)
-
-    def flush_seals(self, *, bookkeeping: bool = True) -> None:
-        """Write now what `seal_page` deferred, and (unless not ``bookkeeping``) do its bookkeeping."""
-        self.sealing.flush(bookkeeping=bookkeeping)
-
-    def drop_unwritten_seals(self) -> None:
-        """Forget what `seal_page` deferred and could not write (`BatchSealing.drop_unwritten`)."""
-        self.sealing.drop_unwritten()
-
-    @property
-    def unwritten_seals(self) -> bool:
-        """Whether seals that `seal_page` deferred wait to be written (`flush_seals`)."""
-        return self.sealing.unwritten
 
     def stage(self, parts: Sequence[ArchivedPartition | ElkRecord]) -> dict[int, int]:
         """Put records in their batches' staging hashes; returns each batch touched with the

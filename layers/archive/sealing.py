@@ -10,6 +10,7 @@ because it is the one subtle write of the archive.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections import Counter
@@ -62,6 +63,25 @@ class _SealWrite:
     extra: Sequence[ArchivedPartition] = ()  # the records in hand it was sealed with (to seal again if refused)
 
 
+@dataclass(slots=True)
+class UnwrittenSeals:
+    """Seals encoded and not written yet, to go out with a later round trip (`BatchSealing.seal_read`
+    with ``defer``): groups of writes, each with the tier its sealer read and whether it was sent
+    before (its replies unread). Owned by whoever defers them (the page-write pipeline,
+    `archiver.daemon.pipeline`: a page's seals go out with the next page's reads) and handed to
+    the calls that write them (`BatchSealing.queue_reads`, `BatchSealing.flush`)."""
+
+    groups: list[tuple[list[_SealWrite], Tier, bool]] = dataclasses.field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.groups)
+
+    def drop(self) -> None:
+        """Forget them: they could not be written. Their owner does not commit their records,
+        which stay pending in the queue and are archived again later."""
+        self.groups.clear()
+
+
 class BatchSealing:
     """Seals one namespace's batches into their shelves (`ShelfStore`), naming workers through
     its registry; counts the seals this process made (``seals``, batch number -> seals)."""
@@ -76,9 +96,8 @@ class BatchSealing:
         self.shelves = shelves
         self.seals: Counter[int] = Counter()
         self._scripts = Scripts.of(client)
-        # seals encoded, not written yet, and whether their writes were sent before (their replies unread)
-        self._unwritten: list[tuple[list[_SealWrite], Tier, bool]] = []
-        self._deferred: list[tuple[list[_SealWrite], Tier, int]] = []  # seals written, bookkeeping not done yet
+        # seals written, their bookkeeping not done yet: one queue per process, sent in the order of its group numbers
+        self._bookkeeping: list[tuple[list[_SealWrite], Tier, int]] = []
         self._process = uuid.uuid4().hex  # names this object's groups of seals in `KeySchema.sealed_counted`
         self._group = 0  # the number of its last group of seals written
 
@@ -87,7 +106,7 @@ class BatchSealing:
 
     def seal_all(self) -> int:
         """Seal every batch with staged records, in batch order (the end of a bulk import)."""
-        self.flush(writes=False)
+        self.flush()
         sealed = 0
         tier = self.tier()
         while raw := self._open_batches(1000):
@@ -101,7 +120,7 @@ class BatchSealing:
 
     def seal_idle(self, now: float | None = None, limit: int = 100) -> int:
         """Seal batches nobody staged into for ``seal_idle_s`` (partial batches and stragglers)."""
-        self.flush(writes=False)
+        self.flush()
         cutoff = int(((now or time.time()) - self.policy.seal_idle_s) * 1000)
         raw: Any = self.redis.zrangebyscore(self.keys.open_batches, "-inf", cutoff, start=0, num=limit)
         tier = self.tier() if raw else None
@@ -115,7 +134,7 @@ class BatchSealing:
         ``tier`` is the tier the caller has just read (saves a round trip per batch); without
         it the tier is read here.
         """
-        self.flush(writes=False)
+        self.flush()
         for _ in range(_SEAL_RETRIES):
             pipe = self.redis.pipeline(transaction=False)
             pipe.hgetall(self.keys.staging(batch_no))
@@ -137,14 +156,15 @@ class BatchSealing:
         return self.seal_read(batches, reads(pipe.execute(raise_on_error=False)), tier)
 
     def queue_reads(
-        self, pipe: Any, numbers: Iterable[int], worker_ids: set[str]
+        self, pipe: Any, numbers: Iterable[int], worker_ids: set[str], unwritten: UnwrittenSeals | None = None
     ) -> Callable[[Sequence[Any]], SealReads]:
         """Queue on ``pipe`` what sealing these batches reads (their staging and slots, and the
-        check of the workers' numbers); the function returned takes the replies from the first of
-        these commands on and gives what was read, the workers registered."""
+        check of the workers' numbers), after the bookkeeping owed and the writes of ``unwritten``;
+        the function returned takes the replies from the first of these commands on and gives what
+        was read, the workers registered."""
         numbers = sorted(numbers)
-        cleaned, cleanup = self._queue_cleanup(pipe) if self._deferred else (0, None)
-        written, writes = self._queue_writes(pipe) if self._unwritten else (0, None)
+        cleaned, cleanup = self._queue_cleanup(pipe) if self._bookkeeping else (0, None)
+        written, writes = self._queue_writes(pipe, unwritten) if unwritten else (0, None)
         skip = cleaned + written
         for b in numbers:
             pipe.hgetall(self.keys.staging(b))
@@ -168,12 +188,17 @@ class BatchSealing:
         return finish
 
     def seal_read(
-        self, batches: dict[int, list[ArchivedPartition]], reads: SealReads, tier: Tier | None, *, defer: bool = False
+        self,
+        batches: dict[int, list[ArchivedPartition]],
+        reads: SealReads,
+        tier: Tier | None,
+        *,
+        defer: UnwrittenSeals | None = None,
     ) -> int:
         """`seal_many` once its reads are in: the batches encoded and written, a batch changed
         since it was read sealed again on its own; returns the batches sealed. ``defer``: they are
-        written with the next round trip this object makes (`queue_reads`, `flush`), their
-        bookkeeping with the one after, and counted as sealed."""
+        encoded into it, written when it is handed to `queue_reads` or `flush`, their bookkeeping
+        with the round trip after, and counted as sealed."""
         tier = tier or self.tier()
         writes: list[_SealWrite] = []
         again = []
@@ -184,9 +209,9 @@ class BatchSealing:
             elif write is None:
                 again.append(b)
         resealed = sum(self.seal(b, tier, batches[b]) for b in again)
-        if defer:
+        if defer is not None:
             if writes:
-                self._unwritten.append((writes, tier, False))
+                defer.groups.append((writes, tier, False))
             return len(writes) + resealed
         written = self._write_seals(writes, tier)
         refused = [w for w in writes if w.batch_no not in written]
@@ -283,7 +308,7 @@ class BatchSealing:
             [SlotWrite(w.batch_no, w.stored.slot, w.blob, w.stored.legacy) for w in writes], held
         )
         self._written(_uncounted(writes, held), written, tier or self.tier())
-        self.flush(writes=False)
+        self.flush()
         return written
 
     def _written(self, writes: list[_SealWrite], written: set[int], tier: Tier) -> None:
@@ -294,14 +319,14 @@ class BatchSealing:
             self.seals[w.batch_no] += 1
         if done:
             self._group = max(self._group + 1, time.time_ns() // 1000)
-            self._deferred.append((done, tier, self._group))
+            self._bookkeeping.append((done, tier, self._group))
 
-    def _queue_writes(self, pipe: Any) -> tuple[int, Callable[[Sequence[Any]], None]]:
-        """Queue on ``pipe`` the slot writes of the seals `seal_read` deferred; the function
-        returned takes their replies, queues the bookkeeping of those written and seals again,
-        now, each batch refused (changed since it was read)."""
-        pending = list(self._unwritten)  # left there until written: a pipeline that fails is sent again
-        self._unwritten[: len(pending)] = [(group, tier, True) for group, tier, _ in pending]
+    def _queue_writes(self, pipe: Any, unwritten: UnwrittenSeals) -> tuple[int, Callable[[Sequence[Any]], None]]:
+        """Queue on ``pipe`` the slot writes of the seals `seal_read` deferred into ``unwritten``;
+        the function returned takes their replies, queues the bookkeeping of those written and
+        seals again, now, each batch refused (changed since it was read)."""
+        pending = list(unwritten.groups)  # left there until written: a pipeline that fails is sent again
+        unwritten.groups[: len(pending)] = [(group, tier, True) for group, tier, _ in pending]
         writes = [(w, tier) for group, tier, _ in pending for w in group]
         held: set[int] = set()
         count, finish = self.shelves.queue_write(
@@ -313,30 +338,20 @@ class BatchSealing:
             for w, tier in writes:
                 if w.batch_no not in done:
                     self.seal(w.batch_no, tier, w.extra)
-            del self._unwritten[: len(pending)]  # every one written, or sealed again
+            del unwritten.groups[: len(pending)]  # every one written, or sealed again
             for group, tier, sent in pending:
                 self._written(group if sent else _uncounted(group, held), done, tier)
 
         return count, written
 
-    @property
-    def unwritten(self) -> bool:
-        """Whether seals `seal_read` deferred wait to be written."""
-        return bool(self._unwritten)
-
-    def drop_unwritten(self) -> None:
-        """Forget the seals `seal_read` deferred (they could not be written: the caller does not
-        commit their records, which stay pending in the queue and are archived again later)."""
-        self._unwritten.clear()
-
-    def flush(self, *, writes: bool = True, bookkeeping: bool = True) -> None:
-        """Write the seals `seal_read` deferred (``writes``) and do the bookkeeping of every seal
-        written (``bookkeeping``), now."""
-        if self._unwritten and writes:
+    def flush(self, unwritten: UnwrittenSeals | None = None, *, bookkeeping: bool = True) -> None:
+        """Write the seals of ``unwritten`` and do the bookkeeping of every seal written (unless
+        not ``bookkeeping``), now."""
+        if unwritten:
             pipe = self.redis.pipeline(transaction=False)
-            _, written = self._queue_writes(pipe)
+            _, written = self._queue_writes(pipe, unwritten)
             written(pipe.execute(raise_on_error=False))
-        if self._deferred and bookkeeping:
+        if self._bookkeeping and bookkeeping:
             pipe = self.redis.pipeline(transaction=False)
             _, finish = self._queue_cleanup(pipe)
             finish(pipe.execute(raise_on_error=False))
@@ -349,7 +364,7 @@ class BatchSealing:
 
         Deferred, this is harmless: until it runs, a sealed record is also still staged, as it
         is after a crash between the two (the next seal of its batch merges the same record)."""
-        seals = list(self._deferred)  # left there until done: a pipeline that fails is sent again
+        seals = list(self._bookkeeping)  # left there until done: a pipeline that fails is sent again
         done = [w for group, _, _ in seals for w in group]
         k = self.keys
         counted: list[Any] = [self._process, _COUNTED_KEPT_US, len(seals)]
@@ -376,7 +391,7 @@ class BatchSealing:
             for reply in replies[cleanups:]:
                 if isinstance(reply, Exception):
                     raise reply
-            del self._deferred[: len(seals)]  # only now: sent again, the counting script counts nothing twice
+            del self._bookkeeping[: len(seals)]  # only now: sent again, the counting script counts nothing twice
             left = replies[len(replies) - len(done) :]
             if late:  # a cleanup ran after the HLENs (the server had lost its script): read them again
                 left = [self.redis.hlen(self.keys.staging(w.batch_no)) for w in done]

@@ -181,7 +181,7 @@ def _move_batches(archive: ArchiveLayer, tier: Tier, fields: dict[int, list[str]
             found.setdefault(archive.policy.batch_of(part.partition_id), []).append(part)
             read.append((name, raw))
     if found:
-        archive.seal_many(found, tier)
+        archive.sealing.seal_many(found, tier)
     pipe = r.pipeline(transaction=False)
     for name, raw in corrupt:
         archive.dead_letters.note(f"simple:{name}", "corrupt simple-tier record", raw, pipe=pipe)
@@ -244,7 +244,7 @@ def index_expiry_step(archive: ArchiveLayer) -> int:
         if blob is None:
             continue
         try:
-            newest[str(b)] = max(p.completed_at for p in archive.decode_batch(blob))
+            newest[str(b)] = max(p.completed_at for p in archive.sealing.decode_batch(blob))
         except DecodeError:
             continue  # left for the verify/repair tools; the router already degrades on it
     pipe = r.pipeline(transaction=False)

@@ -5,7 +5,7 @@
 -- pending one, deleted one by one otherwise). If any counted partition already has its index bit (a redelivered entry), nothing is
 -- written and the duplicates are returned, so the caller can rebuild the statistics without
 -- them and move them to the ack-only list. The caller's side of this contract is
--- stats/commit.py. This runs for every archived partition, so the caller does the per-partition
+-- layers/archive/commit.py. This runs for every archived partition, so the caller does the per-partition
 -- work: it sends the page's index bits as the bytes to OR into the bitmap (when they lie within
 -- 4,000 bytes of it, as a page of completions does), entry ids as comma-separated lists, and the
 -- statistics grouped by key, so that here the loops go over bytes and fields, not partitions.

@@ -31,17 +31,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, Protocol
 
-from codec import ArchivedPartition, ValidationError
+from codec import ArchivedPartition, ValidationError, WorkerMap
 from codec.page import Columns
 from layers import ArchiveLayer, StaleWorkerNumbers
 from layers.archive.tiers import Tier
 from layers.keys import ARCHIVER_GROUP
-from layers.plumbing.meta import stored_int
 from layers.plumbing.replies import as_text, script_error
 from layers.plumbing.scripts import Scripts
-from stats.rollup import DEFAULT_RANGE_WIDTH, rollup_segments
 
 DEFAULT_FLUSH_COUNT = 100
 DEFAULT_FLUSH_INTERVAL_S = 30.0
@@ -96,11 +94,28 @@ def _id_order(entry_id: str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
-class Call(NamedTuple):
+class CommitCall(NamedTuple):
     """One call of commit.lua: its keys and arguments."""
 
     keys: list[str]
     args: list[Any]
+
+
+class CommitStatistics(Protocol):
+    """The statistics' part of a commit, computed by the statistics layer
+    (`stats.commit_rollups.CommitRollups`) and asked for here each time a call is built: a commit
+    sent again without the partitions found counted, or after the worker registry was reloaded,
+    carries other statistics than the first."""
+
+    def check(self) -> None:
+        """Refuse to commit into statistics the namespace keeps otherwise (`ValidationError`)."""
+
+    def segments(
+        self, cols: Columns, workers: WorkerMap, now: int, first_key: int
+    ) -> tuple[list[str], list[str | int]]:
+        """The statistics hashes that ``cols`` update and commit.lua's segments for them, naming
+        workers by ``workers``' numbers and each hash by its position in KEYS from ``first_key``."""
+        ...
 
 
 class Committer:
@@ -110,25 +125,21 @@ class Committer:
     FIXED_KEYS = 6
 
     def __init__(
-        self, archive: ArchiveLayer, range_width: int = DEFAULT_RANGE_WIDTH, clock: Callable[[], float] = time.time
+        self, archive: ArchiveLayer, statistics: CommitStatistics, clock: Callable[[], float] = time.time
     ) -> None:
-        if range_width < 1:
-            raise ValidationError("range_width must be positive")
         self.archive = archive
-        self.range_width = range_width
+        self.statistics = statistics
         self._clock = clock
-        self._width_checked = False
+        self._checked = False
         self._scripts = Scripts.of(archive.redis)
         self.commits = 0
         self.round_trips = 0
 
-    def call(self, pending: Pending, already: set[int] | frozenset[int] = frozenset()) -> Call:
+    def call(self, pending: Pending, already: set[int] | frozenset[int] = frozenset()) -> CommitCall:
         """The call that commits ``pending``, each pid counted once and none of ``already``."""
         counted, ack_only = _split(pending, already)
         workers, generation = self.archive.workers.numbering(set(counted.cols.workers))
-        stats_keys, segments = rollup_segments(
-            counted.cols, self.archive.keys, self.range_width, int(self._clock()), workers, self.FIXED_KEYS + 1
-        )
+        stats_keys, segments = self.statistics.segments(counted.cols, workers, int(self._clock()), self.FIXED_KEYS + 1)
         return self._call(counted, ack_only, pending.detail, generation, stats_keys, segments)
 
     def _call(
@@ -139,7 +150,7 @@ class Committer:
         generation: str | None,
         stats_keys: list[str],
         segments: list[str | int],
-    ) -> Call:
+    ) -> CommitCall:
         k, policy = self.archive.keys, self.archive.policy
         pids = counted.cols.pids
         unsealed = ""
@@ -163,7 +174,7 @@ class Committer:
         if detail and pids:
             args += [x for pair in zip(pids, counted.cols.details, strict=True) for x in pair]
         args += segments
-        return Call([k.index, k.queue, k.archive_meta, k.workers, k.completed, k.unsealed, *stats_keys], args)
+        return CommitCall([k.index, k.queue, k.archive_meta, k.workers, k.completed, k.unsealed, *stats_keys], args)
 
     def result(self, reply: Any) -> CommitResult | list[int]:
         """The script's reply: the result, or the pids already counted (nothing was written)."""
@@ -182,7 +193,7 @@ class Committer:
     def commit(self, pending: Pending, already: set[int] | None = None) -> CommitResult:
         """Run the commit, again without the partitions found counted already (one round trip;
         two if one of them was), or after reloading a registry that changed meanwhile."""
-        self.check_range_width()
+        self.check_statistics()
         found = set(already or ())
         for _ in range(_RETRIES):
             try:
@@ -201,32 +212,21 @@ class Committer:
         cols = Columns.of(parts)
         workers, generation = self.archive.workers.numbering(set(cols.workers))
         now = max(cols.completed_at, default=0)
-        stats_keys, segments = rollup_segments(
-            cols, self.archive.keys, self.range_width, now, workers, self.FIXED_KEYS + 1
-        )
+        stats_keys, segments = self.statistics.segments(cols, workers, now, self.FIXED_KEYS + 1)
         result = self.result(self._run(self._call(Pending([], Columns()), [], "", generation, stats_keys, segments)))
         if not isinstance(result, CommitResult):
             raise RuntimeError("a commit that counts nothing found duplicates")
         return result
 
-    def _run(self, call: Call) -> Any:
+    def _run(self, call: CommitCall) -> Any:
         self.round_trips += 1
         return self._scripts("commit", call.keys, call.args)
 
-    def check_range_width(self) -> None:
-        """Record the range width on first use; refuse a different one (it would split ranges)."""
-        if self._width_checked:
-            return
-        meta = self.archive.keys.stats_meta
-        redis = self.archive.redis
-        redis.hsetnx(meta, "range_width", self.range_width)
-        stored = stored_int(meta, "range_width", redis.hget(meta, "range_width"), default=0, minimum=1)
-        if stored != self.range_width:
-            raise ValidationError(
-                f"namespace {self.archive.keys.namespace} keeps statistics per {stored} partitions, "
-                f"not {self.range_width}: set PARTARCHIVE_STATS_RANGE_WIDTH={stored}"
-            )
-        self._width_checked = True
+    def check_statistics(self) -> None:
+        """`CommitStatistics.check`, once."""
+        if not self._checked:
+            self.statistics.check()
+            self._checked = True
 
 
 #: The widest byte range of the index bitmap a commit sends its bits as (``commit.lua``'s 'bytes'):
@@ -273,16 +273,15 @@ class CommitBuffer:
 
     def __init__(
         self,
-        archive: ArchiveLayer,
+        committer: Committer,
         *,
         flush_count: int = DEFAULT_FLUSH_COUNT,
         flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
-        range_width: int = DEFAULT_RANGE_WIDTH,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if flush_count < 1 or flush_interval_s <= 0 or range_width < 1:
-            raise ValidationError("flush_count, flush_interval_s and range_width must be positive")
-        self.committer = Committer(archive, range_width)
+        if flush_count < 1 or flush_interval_s <= 0:
+            raise ValidationError("flush_count and flush_interval_s must be positive")
+        self.committer = committer
         self.flush_count = flush_count
         self.flush_interval_s = flush_interval_s
         self._clock = clock
@@ -362,5 +361,3 @@ class CommitBuffer:
             self.restore(pending)
             raise
 
-    def check_range_width(self) -> None:
-        self.committer.check_range_width()
