@@ -51,7 +51,7 @@ def _drain(daemon: ArchiverDaemon) -> float:
     """Seconds until every queued entry is archived and committed."""
     client, queue = daemon.archive.redis, daemon.keys.queue
     started = time.perf_counter()
-    while int(client.xlen(queue)) > daemon.commit_buffer.pending:  # type: ignore[arg-type]
+    while int(client.xlen(queue)) > daemon.commit_buffer.buffered:  # type: ignore[arg-type]
         daemon.run_once()
     daemon.flush()
     return time.perf_counter() - started

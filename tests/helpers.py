@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from archiver.engine.local_cluster import Node as LocalNode
 from codec import ArchivedPartition
 from layers import ActiveLayer, ArchiveLayer, KeySchema
-from layers.archive.commit import CommitResult, Pending
+from layers.archive.commit import CommitResult, Uncommitted
 from stats.commit_rollups import committer as archive_committer
 
 
@@ -38,7 +38,7 @@ def archive_now(layer: ArchiveLayer, entries: list[tuple[str, ArchivedPartition]
     archiver's commit, then drop the statistics it wrote: for tests of the storage alone, where an
     expired partition has no rollup to fall back on."""
     layer.write_detail([part for _, part in entries])
-    result = archive_committer(layer).commit(Pending.of(entries))
+    result = archive_committer(layer).commit(Uncommitted.of(entries))
     stats_keys = list(layer.redis.scan_iter(match=layer.keys.stats_global.replace("global", "*")))
     if stats_keys:
         layer.redis.delete(*stats_keys)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from codec import ArchivedPartition, ValidationError, WorkerMap
 from codec.page import Columns
 from layers import ArchiveLayer, ArchiveQueue, KeySchema
-from layers.archive.commit import CommitResult, Committer, Pending, index_bits
+from layers.archive.commit import CommitResult, Committer, Uncommitted, index_bits
 from stats.commit_rollups import CommitRollups
 from stats.commit_rollups import committer as archive_committer
 
@@ -37,11 +37,11 @@ def test_bits_are_set_for_the_counted_pids_and_a_counted_one_is_named(
     order = list(pids)
     random.Random(7).shuffle(order)
     first, rest = order[: len(order) // 2], order[len(order) // 2 :]
-    assert committer.commit(Pending.of([("-", _part(p)) for p in first])).newly_archived == len(first)
+    assert committer.commit(Uncommitted.of([("-", _part(p)) for p in first])).newly_archived == len(first)
     again = [first[0], *rest]  # one counted already: named, the rest counted in a second call
-    result = committer.commit(Pending.of([("-", _part(p)) for p in again]))
+    result = committer.commit(Uncommitted.of([("-", _part(p)) for p in again]))
     assert (result.newly_archived, result.total) == (len(rest), len(pids))
-    named = committer.result(committer._run(committer.call(Pending.of([("-", _part(p)) for p in again]))))
+    named = committer.result(committer._run(committer.call(Uncommitted.of([("-", _part(p)) for p in again]))))
     assert isinstance(named, list) and sorted(named) == sorted(again)  # each counted one named, once
     assert all(any_redis.getbit(keys.index, p) for p in pids)
     assert int(any_redis.bitcount(keys.index)) == len(pids)  # no bit beside them
@@ -67,7 +67,7 @@ def test_a_page_of_bytes_ors_into_the_bitmap_and_names_exactly_the_counted(
         real_redis.setbit(keys.index, pid, 1)
     committer = archive_committer(ArchiveLayer(real_redis, keys))
     assert index_bits(sorted(page))[0] == "bytes"
-    pending = Pending.of([("-", _part(p)) for p in sorted(page)])
+    pending = Uncommitted.of([("-", _part(p)) for p in sorted(page)])
     result = committer.result(committer._run(committer.call(pending)))
     if page & before:
         assert isinstance(result, list) and sorted(result) == sorted(page & before)
@@ -109,11 +109,11 @@ def test_the_statistics_handed_to_a_commit_are_asked_again_for_what_it_counts_af
     archive = ArchiveLayer(any_redis, keys)
     statistics = _Recording(CommitRollups(any_redis, keys, range_width=10))
     committer = Committer(archive, statistics)
-    assert committer.commit(Pending.of([("-", _part(3))])).newly_archived == 1
-    result = committer.commit(Pending.of([("-", _part(p)) for p in (2, 3, 4)]))
+    assert committer.commit(Uncommitted.of([("-", _part(3))])).newly_archived == 1
+    result = committer.commit(Uncommitted.of([("-", _part(p)) for p in (2, 3, 4)]))
     assert result.newly_archived == 2 and result.total == 3
     assert statistics.asked == [[3], [2, 3, 4], [2, 4]] and statistics.checks == 1
     assert int(any_redis.hget(keys.stats_global, "completed") or 0) == 3  # type: ignore[arg-type]
     assert int(any_redis.hget(keys.stats_range(0), "count") or 0) == 3  # type: ignore[arg-type]  # width 10: one range
     with pytest.raises(ValidationError, match="per 10 partitions"):
-        Committer(archive, CommitRollups(any_redis, keys, range_width=20)).commit(Pending.of([("-", _part(5))]))
+        Committer(archive, CommitRollups(any_redis, keys, range_width=20)).commit(Uncommitted.of([("-", _part(5))]))

@@ -8,7 +8,7 @@ import redis
 
 from codec.page import read_payloads
 from layers import ArchiveLayer, ArchiveQueue, KeySchema
-from layers.archive.commit import Pending
+from layers.archive.commit import Uncommitted
 from layers.archive.queue import QueueEntry
 from layers.plumbing.replies import as_text
 from stats.commit_rollups import committer as archive_committer
@@ -105,7 +105,7 @@ def test_a_commit_takes_its_entries_out_of_the_queue_whichever_way_and_nothing_e
     a, b = queue.read_new("a", 4, 0), queue.read_new("b", 4, 0)
 
     def commit(entries: list[QueueEntry]) -> None:
-        committer.commit(Pending.of([(e.entry_id, read_payloads([e.payload])[0].archived()[0]) for e in entries]))
+        committer.commit(Uncommitted.of([(e.entry_id, read_payloads([e.payload])[0].archived()[0]) for e in entries]))
 
     def left() -> list[str]:
         return [as_text(entry_id) for entry_id, _ in any_redis.xrange(queue.keys.queue)]  # type: ignore[union-attr]

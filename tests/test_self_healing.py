@@ -15,7 +15,7 @@ from archiver.daemon.loop import drain
 from archiver.web import create_app
 from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy, WrongKeyType
-from layers.archive.commit import Pending
+from layers.archive.commit import Uncommitted
 from layers.control.liveness import Liveness
 from layers.errors import CorruptMetadata
 from stats.commit_rollups import committer as archive_committer
@@ -189,12 +189,12 @@ def test_commit_refuses_a_tampered_statistics_counter_before_any_write(
     part = ArchivedPartition(1, 1, 10, "w", 1_700_000_000, 5)
     committer = archive_committer(archive)
     with pytest.raises(CorruptMetadata, match="completed"):
-        committer.commit(Pending.of([("-", part)]))
+        committer.commit(Uncommitted.of([("-", part)]))
     assert real_redis.bitcount(keys.index) == 0 and not real_redis.exists(keys.archive_meta)
     real_redis.delete(keys.stats_global)
     real_redis.rpush(keys.stats_global, "x")
     with pytest.raises(WrongKeyType, match=keys.stats_global):
-        committer.commit(Pending.of([("-", part)]))
+        committer.commit(Uncommitted.of([("-", part)]))
     assert real_redis.bitcount(keys.index) == 0
 
 

@@ -329,8 +329,8 @@ def test_a_commit_refused_past_the_budget_is_retried_by_the_next_round_not_dead_
         assert [e["event"] for e in logs if e["log_level"] != "info"] == [
             "a slot move outlasted the retry budget, retrying"
         ]  # a warning, no traceback, and no entry dead-lettered (claimed back by itself, past max_deliveries)
-        assert daemon.commit_buffer.pending == 150 and real_redis.xlen(daemon.keys.queue) == 150
+        assert daemon.commit_buffer.buffered == 150 and real_redis.xlen(daemon.keys.queue) == 150
     daemon.round_with_retry()
-    assert refused.calls == 4 and daemon.commit_buffer.pending == 0
+    assert refused.calls == 4 and daemon.commit_buffer.buffered == 0
     assert daemon.archive.archived_total() == 150 and real_redis.xlen(daemon.keys.queue) == 0
     assert real_redis.xlen(daemon.keys.dead_letter) == 0 and daemon.dead_lettered == 0

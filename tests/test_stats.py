@@ -54,10 +54,10 @@ def test_flush_by_count(real_redis: redis.Redis, namespace: str) -> None:
         known_parts() + [ArchivedPartition(p, p * 10, p * 10 + 9, "w", T0, 1) for p in range(11, 26)],
     )
     ArchiveLayer(real_redis, KeySchema(namespace)).write_detail([p for _, p in entries])
-    assert acc.add(entries[:9]) == [] and acc.pending == 9 and not acc.due()
+    assert acc.add(entries[:9]) == [] and acc.buffered == 9 and not acc.due()
     assert real_redis.xlen(KeySchema(namespace).queue) == 25  # nothing acknowledged before the commit
     results = acc.add(entries[9:])  # 25 wait: a commit is due, and it takes all of them (one script call)
-    assert len(results) == 1 and acc.pending == 0 and acc.flushes == 1
+    assert len(results) == 1 and acc.buffered == 0 and acc.flushes == 1
     assert StatsReader(real_redis, namespace).stats()["completed"]["total_completed"] == 25
     assert real_redis.xlen(KeySchema(namespace).queue) == 0
 
@@ -81,8 +81,8 @@ def test_daemon_flushes_by_time_in_its_loop(real_redis: redis.Redis, namespace: 
     daemon.queue.ensure_group()
     complete_partitions(real_redis, namespace, 7)
     daemon.run_once()
-    assert daemon.commit_buffer.pending == 7
-    wait_for(lambda: daemon.run_once() >= 0 and daemon.commit_buffer.pending == 0, what="timed flush")
+    assert daemon.commit_buffer.buffered == 7
+    wait_for(lambda: daemon.run_once() >= 0 and daemon.commit_buffer.buffered == 0, what="timed flush")
     assert StatsReader(real_redis, namespace).stats()["completed"]["total_completed"] == 7
 
 

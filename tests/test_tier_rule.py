@@ -11,7 +11,7 @@ import redis
 
 from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, Tier, TierPolicy
-from layers.archive.commit import Pending
+from layers.archive.commit import Uncommitted
 from stats.commit_rollups import committer as archive_committer
 
 POLICY = TierPolicy(compressed_from=1_000, summary_above=5_000)
@@ -39,7 +39,7 @@ def test_commit_script_moves_the_tier_as_the_python_rule_says(
     for total in TOTALS:
         any_redis.hset(keys.archive_meta, mapping={"total": total - 1, "tier": stored.value})
         pid = next(pids)
-        result = committer.commit(Pending.of([("-", ArchivedPartition(pid, pid * 10, pid * 10 + 9, "w", 1, 1))]))
+        result = committer.commit(Uncommitted.of([("-", ArchivedPartition(pid, pid * 10, pid * 10 + 9, "w", 1, 1))]))
         expected = POLICY.tier_after(stored, total)
         assert (result.total, result.tier) == (total, expected), f"stored {stored}, total {total}"
         assert any_redis.hget(keys.archive_meta, "tier") == expected.value.encode()

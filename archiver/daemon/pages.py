@@ -63,12 +63,12 @@ class PageArchiver:
         move or an outage that outlasted ``claim_idle_ms``; they are not poison)."""
         if not entries:
             return 0
-        held = self.pipeline.held_ids()
+        awaiting = self.pipeline.awaiting_commit()
         limit = self.config.max_deliveries
         for entry in entries:
-            if entry.deliveries > limit and entry.entry_id not in held:
+            if entry.deliveries > limit and entry.entry_id not in awaiting:
                 self._dead_letter(entry, f"not archived after {entry.deliveries - 1} deliveries")
-        good = [e for e in entries if e.deliveries <= limit or e.entry_id in held]
+        good = [e for e in entries if e.deliveries <= limit or e.entry_id in awaiting]
         return self._archive([e.entry_id for e in good], [e.payload for e in good]) + len(entries) - len(good)
 
     def _archive(self, ids: list[str], payloads: list[bytes]) -> int:
@@ -76,9 +76,9 @@ class PageArchiver:
             return 0
         handled = len(ids)
         if self.pipeline.holds:  # claimed back while waiting here
-            held = self.pipeline.held_ids()
-            if not held.isdisjoint(ids):
-                keep = [entry_id not in held for entry_id in ids]
+            awaiting = self.pipeline.awaiting_commit()
+            if not awaiting.isdisjoint(ids):
+                keep = [entry_id not in awaiting for entry_id in ids]
                 ids, payloads = list(compress(ids, keep)), list(compress(payloads, keep))
         cols, taken, refused = read_payloads(payloads)
         for i, reason in refused.items():

@@ -40,13 +40,13 @@ from archiver.metrics import STATS_FLUSHES
 from archiver.namespace import Namespace
 from codec.page import Columns
 from layers import StaleWorkerNumbers, Tier
-from layers.archive.commit import CommitCall, CommitResult, Detail, Pending
+from layers.archive.commit import CommitCall, CommitResult, Detail, Uncommitted
 from layers.archive.sealing import UnwrittenSeals
 
 log = structlog.get_logger("partarchive.archiver")
 T = TypeVar("T")
 #: A commit built: what it commits and its call.
-Built = tuple[Pending, CommitCall]
+Built = tuple[Uncommitted, CommitCall]
 
 
 class WritePipeline:
@@ -69,7 +69,7 @@ class WritePipeline:
         self._full = False  # the page in hand filled its read: more wait in the queue
         self._prepared: Built | None = None  # the next commit, built, not sent yet
         self._unsent: Built | None = None  # the commit to send once this page's reads are in
-        self._sent: Pending | None = None  # what the commit sent with this page commits (reply not read yet)
+        self._sent: Uncommitted | None = None  # what the commit sent with this page commits (reply not read yet)
         self._seals = UnwrittenSeals()  # the last page's seals, written with this page's reads (`seal_page`)
         self._unwritten_ids: list[str] = []  # the entries of the pages whose seals those are
         self._flushes = STATS_FLUSHES.labels(namespace=ns.keys.namespace)
@@ -108,7 +108,7 @@ class WritePipeline:
             self.tier = self.archive.tier()
         unsealed = self.tier is not Tier.SIMPLE and self._skipping()
         detail: Detail = "simple" if self.tier is Tier.SIMPLE else "unsealed" if unsealed else ""
-        travels = bool(detail) and self.commit_buffer.pending + len(cols) >= self.commit_buffer.flush_count
+        travels = bool(detail) and self.commit_buffer.buffered + len(cols) >= self.commit_buffer.flush_count
         if not travels and not detail:
             staged = self._writing_deferred(lambda: self.archive.stage_page(cols.records(), self._seals))
             self._send_unsent()
@@ -157,7 +157,7 @@ class WritePipeline:
         self.write_seals()
         self._restore(self._prepared)
         self._prepared = None
-        if self.commit_buffer.pending:
+        if self.commit_buffer.buffered:
             self._note(self.commit_buffer.flush())
 
     def write_seals(self) -> None:
@@ -175,24 +175,24 @@ class WritePipeline:
 
     # what waits
 
-    def held_ids(self) -> set[str]:
+    def awaiting_commit(self) -> set[str]:
         """Ids of the entries read here and waiting for their commit (buffered, or in a commit built)."""
-        held = self.commit_buffer.buffered_ids() if self.commit_buffer.pending else set()
+        awaiting = self.commit_buffer.buffered_ids() if self.commit_buffer.buffered else set()
         for built in (self._prepared, self._unsent):
             if built is not None:
-                held.update(built[0].entry_ids)
-        return held
+                awaiting.update(built[0].entry_ids)
+        return awaiting
 
     @property
     def holds(self) -> bool:
         """Whether any entry waits here for its commit (no round trip, no set built)."""
-        return bool(self.commit_buffer.pending or self._prepared or self._unsent)
+        return bool(self.commit_buffer.buffered or self._prepared or self._unsent)
 
     @property
     def waiting(self) -> int:
         """Entries read and not committed yet (buffered, or in a commit built and not sent)."""
         built = (self._prepared, self._unsent)
-        return self.commit_buffer.pending + sum(len(b[0]) for b in built if b is not None)
+        return self.commit_buffer.buffered + sum(len(b[0]) for b in built if b is not None)
 
     def close(self) -> None:
         if self.reader is not None:
@@ -228,7 +228,7 @@ class WritePipeline:
             raise
         self._sent = pending
 
-    def _settle(self, sent: Pending) -> None:
+    def _settle(self, sent: Uncommitted) -> None:
         """Read the reply of the commit sent with a read; commit again in turn if it found
         partitions counted already, a changed worker registry, or no script (after SCRIPT FLUSH)."""
         assert self.reader is not None

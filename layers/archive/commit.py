@@ -15,7 +15,7 @@ numbers of a registry rebuilt meanwhile are refused the same way (`StaleWorkerNu
 again after a reload. A batch tier's detail is written before its commit: a crash between the two
 redelivers the entries, and the detail is written again, the same.
 
-This module owns the contract: its input (`Pending`: entry ids and their partitions as columns),
+This module owns the contract: its input (`Uncommitted`: entry ids and their partitions as columns),
 the script's keys and arguments (`Committer.call`), its reply (`Committer.result`), its retry
 (`Committer.commit`) and when a commit is due (`CommitBuffer`).
 
@@ -57,7 +57,7 @@ class CommitResult:
 
 
 @dataclass(slots=True)
-class Pending:
+class Uncommitted:
     """Entries waiting for their commit: queue entry ids ('-' for an import, which has none) and
     their partitions, as columns in the same order."""
 
@@ -81,7 +81,7 @@ class Pending:
             self.newest = entry_id
 
     @classmethod
-    def of(cls, entries: Sequence[tuple[str, ArchivedPartition]]) -> Pending:
+    def of(cls, entries: Sequence[tuple[str, ArchivedPartition]]) -> Uncommitted:
         """Entries in any order (tests, imports)."""
         ids = [entry_id for entry_id, _ in entries]
         queued = [entry_id for entry_id in ids if entry_id != "-"]
@@ -135,7 +135,7 @@ class Committer:
         self.commits = 0
         self.round_trips = 0
 
-    def call(self, pending: Pending, already: set[int] | frozenset[int] = frozenset()) -> CommitCall:
+    def call(self, pending: Uncommitted, already: set[int] | frozenset[int] = frozenset()) -> CommitCall:
         """The call that commits ``pending``, each pid counted once and none of ``already``."""
         counted, ack_only = _split(pending, already)
         workers, generation = self.archive.workers.numbering(set(counted.cols.workers))
@@ -144,7 +144,7 @@ class Committer:
 
     def _call(
         self,
-        counted: Pending,
+        counted: Uncommitted,
         ack_only: list[str],
         detail: Detail,
         generation: str | None,
@@ -190,7 +190,7 @@ class Committer:
         refused = script_error(reply, meta_key=k.archive_meta, unchanged="nothing was committed")
         raise RuntimeError(f"commit refused: {refused}")
 
-    def commit(self, pending: Pending, already: set[int] | None = None) -> CommitResult:
+    def commit(self, pending: Uncommitted, already: set[int] | None = None) -> CommitResult:
         """Run the commit, again without the partitions found counted already (one round trip;
         two if one of them was), or after reloading a registry that changed meanwhile."""
         self.check_statistics()
@@ -213,7 +213,8 @@ class Committer:
         workers, generation = self.archive.workers.numbering(set(cols.workers))
         now = max(cols.completed_at, default=0)
         stats_keys, segments = self.statistics.segments(cols, workers, now, self.FIXED_KEYS + 1)
-        result = self.result(self._run(self._call(Pending([], Columns()), [], "", generation, stats_keys, segments)))
+        nothing = Uncommitted([], Columns())
+        result = self.result(self._run(self._call(nothing, [], "", generation, stats_keys, segments)))
         if not isinstance(result, CommitResult):
             raise RuntimeError("a commit that counts nothing found duplicates")
         return result
@@ -249,7 +250,7 @@ def index_bits(pids: Sequence[int]) -> tuple[str, int | str, bytes]:
     return "bytes", first, bytes(mask)
 
 
-def _split(pending: Pending, already: set[int] | frozenset[int]) -> tuple[Pending, list[str]]:
+def _split(pending: Uncommitted, already: set[int] | frozenset[int]) -> tuple[Uncommitted, list[str]]:
     """The entries to count (each pid once, none of ``already``) and the ids only to acknowledge."""
     pids = pending.cols.pids
     if not already and len(set(pids)) == len(pids):
@@ -265,7 +266,7 @@ def _split(pending: Pending, already: set[int] | frozenset[int]) -> tuple[Pendin
         else:
             ack_only.append(entry_id)
     counted_ids = [entry_id for entry_id, k in zip(pending.entry_ids, keep, strict=True) if k]
-    return Pending(counted_ids, pending.cols.select(keep), pending.detail, pending.newest), ack_only
+    return Uncommitted(counted_ids, pending.cols.select(keep), pending.detail, pending.newest), ack_only
 
 
 class CommitBuffer:
@@ -285,7 +286,7 @@ class CommitBuffer:
         self.flush_count = flush_count
         self.flush_interval_s = flush_interval_s
         self._clock = clock
-        self._waiting = Pending([], Columns())
+        self._waiting = Uncommitted([], Columns())
         self._since = 0.0
 
     @property
@@ -293,7 +294,7 @@ class CommitBuffer:
         return self.committer.archive
 
     @property
-    def pending(self) -> int:
+    def buffered(self) -> int:
         return len(self._waiting)
 
     @property
@@ -316,7 +317,7 @@ class CommitBuffer:
 
     def add(self, entries: Sequence[tuple[str, ArchivedPartition]]) -> list[CommitResult]:
         """Buffer entries whose detail is written; commit everything waiting once a commit is due."""
-        pending = Pending.of(entries)
+        pending = Uncommitted.of(entries)
         self.add_page(pending.entry_ids, pending.cols, newest=pending.newest)
         return [self.flush()] if len(self._waiting) >= self.flush_count else []
 
@@ -325,12 +326,12 @@ class CommitBuffer:
         waiting = len(self._waiting)
         return waiting >= self.flush_count or (waiting > 0 and self._clock() - self._since >= self.flush_interval_s)
 
-    def take(self) -> Pending:
+    def take(self) -> Uncommitted:
         """Everything waiting, to commit (`restore` it if the commit fails)."""
-        taken, self._waiting = self._waiting, Pending([], Columns())
+        taken, self._waiting = self._waiting, Uncommitted([], Columns())
         return taken
 
-    def restore(self, pending: Pending) -> None:
+    def restore(self, pending: Uncommitted) -> None:
         """Entries a commit did not take back in front (nothing of them was acknowledged)."""
         rest = self._waiting
         self._waiting = pending
@@ -347,7 +348,7 @@ class CommitBuffer:
         ids = [entry_id for entry_id, k in zip(waiting.entry_ids, keep, strict=True) if k]
         queued = [entry_id for entry_id in ids if entry_id != "-"]
         newest = max(queued, key=_id_order, default="")
-        self._waiting = Pending(ids, waiting.cols.select(keep), waiting.detail if ids else "", newest)
+        self._waiting = Uncommitted(ids, waiting.cols.select(keep), waiting.detail if ids else "", newest)
         if not ids:
             self._since = 0.0
 

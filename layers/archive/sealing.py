@@ -303,11 +303,11 @@ class BatchSealing:
         for those not refused the bookkeeping (`_queue_cleanup`), one more. Returns the sealed."""
         if not writes:
             return set()
-        held: set[int] = set()
+        already_there: set[int] = set()
         written = self.shelves.write(
-            [SlotWrite(w.batch_no, w.stored.slot, w.blob, w.stored.legacy) for w in writes], held
+            [SlotWrite(w.batch_no, w.stored.slot, w.blob, w.stored.legacy) for w in writes], already_there
         )
-        self._written(_uncounted(writes, held), written, tier or self.tier())
+        self._written(_uncounted(writes, already_there), written, tier or self.tier())
         self.flush()
         return written
 
@@ -328,9 +328,9 @@ class BatchSealing:
         pending = list(unwritten.groups)  # left there until written: a pipeline that fails is sent again
         unwritten.groups[: len(pending)] = [(group, tier, True) for group, tier, _ in pending]
         writes = [(w, tier) for group, tier, _ in pending for w in group]
-        held: set[int] = set()
+        already_there: set[int] = set()
         count, finish = self.shelves.queue_write(
-            pipe, [SlotWrite(w.batch_no, w.stored.slot, w.blob, w.stored.legacy) for w, _ in writes], held
+            pipe, [SlotWrite(w.batch_no, w.stored.slot, w.blob, w.stored.legacy) for w, _ in writes], already_there
         )
 
         def written(replies: Sequence[Any]) -> None:
@@ -340,7 +340,7 @@ class BatchSealing:
                     self.seal(w.batch_no, tier, w.extra)
             del unwritten.groups[: len(pending)]  # every one written, or sealed again
             for group, tier, sent in pending:
-                self._written(group if sent else _uncounted(group, held), done, tier)
+                self._written(group if sent else _uncounted(group, already_there), done, tier)
 
         return count, written
 
@@ -432,12 +432,12 @@ class BatchSealing:
             return decode_blob(blob, self.workers.map)
 
 
-def _uncounted(writes: list[_SealWrite], held: set[int]) -> list[_SealWrite]:
+def _uncounted(writes: list[_SealWrite], already_there: set[int]) -> list[_SealWrite]:
     """``writes`` with those found already in place on their first sending counted as adding no
     bytes: another sealer wrote the same blob, and counted it."""
-    if not held:
+    if not already_there:
         return writes
-    return [replace(w, json_bytes=0, blob_growth=0) if w.batch_no in held else w for w in writes]
+    return [replace(w, json_bytes=0, blob_growth=0) if w.batch_no in already_there else w for w in writes]
 
 
 def archived_json_bytes(parts: Iterable[ArchivedPartition]) -> int:

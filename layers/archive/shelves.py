@@ -49,7 +49,7 @@ class StoredBatch:
 @dataclass(frozen=True, slots=True)
 class SlotWrite:
     batch_no: int
-    held: bytes | None  # the slot as read (None: empty); the write is refused if it changed since
+    expected: bytes | None  # the slot as read (None: empty); the write is refused if it changed since
     blob: bytes  # b'' empties the slot
     legacy: bytes | None = None  # the batch's own key as read (deleted once written, if unchanged)
 
@@ -113,21 +113,21 @@ class ShelfStore:
         quarantined, so the next seals rebuild its batches from what is staged."""
         return add_shelf_reads(pipe, self.keys, numbers, self._quarantine if repair else None)
 
-    def write(self, writes: Sequence[SlotWrite], held: set[int] | None = None) -> set[int]:
+    def write(self, writes: Sequence[SlotWrite], already_there: set[int] | None = None) -> set[int]:
         """Write slots, one script call per shelf (one round trip); returns the batches written
-        (the others changed since they were read; ``held`` as in `queue_write`); the old
+        (the others changed since they were read; ``already_there`` as in `queue_write`); the old
         per-batch keys of those written are deleted."""
         pipe = self.redis.pipeline(transaction=False)
-        _, finish = self.queue_write(pipe, writes, held)
+        _, finish = self.queue_write(pipe, writes, already_there)
         return finish(pipe.execute(raise_on_error=False))
 
     def queue_write(
-        self, pipe: Any, writes: Sequence[SlotWrite], held: set[int] | None = None
+        self, pipe: Any, writes: Sequence[SlotWrite], already_there: set[int] | None = None
     ) -> tuple[int, Callable[[Sequence[Any]], set[int]]]:
         """`write` on the caller's pipeline (run with ``raise_on_error=False``): how many replies it
         takes, first in the pipeline's, and the function that turns them into the batches written.
         Those among them whose slot already held the new blob (not written by this call) are
-        added to ``held``."""
+        added to ``already_there``."""
         by_shelf: dict[int, list[SlotWrite]] = defaultdict(list)
         for w in writes:
             by_shelf[w.batch_no // SHELF_SLOTS].append(w)
@@ -136,7 +136,7 @@ class ShelfStore:
         for s, group in shelves:
             args: list[Any] = [SHELF_SLOTS]
             for w in group:
-                args += [w.batch_no % SHELF_SLOTS, shelved(w.held or b""), shelved(w.blob)]
+                args += [w.batch_no % SHELF_SLOTS, shelved(w.expected or b""), shelved(w.blob)]
             calls.append(("shelf_put", [self.keys.shelf(s)], args))
         count, replies_of = self._scripts.queue_calls(pipe, calls)
 
@@ -150,8 +150,8 @@ class ShelfStore:
                     self._quarantine(s, self.redis.get(self.keys.shelf(s)), refused.detail)
                     continue
                 written += [w.batch_no for w, ok in zip(group, reply, strict=True) if int(ok)]
-                if held is not None:
-                    held.update(w.batch_no for w, ok in zip(group, reply, strict=True) if int(ok) == 2)
+                if already_there is not None:
+                    already_there.update(w.batch_no for w, ok in zip(group, reply, strict=True) if int(ok) == 2)
             done = set(written)
             old = [(w.batch_no, w.legacy) for w in writes if w.legacy and w.batch_no in done]
             if old:
