@@ -22,21 +22,19 @@ import redis
 from codec import PartArchiveError
 from layers import ActiveLayer, KeySchema, Tier, TierPolicy
 from layers.active.reads import COUNTED, counts_from, queue_counts
-from layers.archive.queue import QueueState, oldest_pending_age
-from layers.archive.transitions import TransitionState
+from layers.archive.queue import QueueState, queue_state_from
+from layers.archive.transitions import MOVE_FIELDS, TransitionState, transition_from
 from layers.control.liveness import ArchiverHealth, archivers_from, server_time
 from layers.control.pressure import PressureState, pressure_state
 from layers.control.switch import ArchivalState, parse_state
 from layers.keys import ARCHIVER_GROUP
-from layers.plumbing.meta import is_wrong_type, stored_float, stored_int, stored_tier, wrong_type_error
+from layers.plumbing.meta import is_wrong_type, stored_int, stored_tier, wrong_type_error
 from layers.plumbing.replies import as_text
 from stats.progress import JobProgress, job_progress, parse_samples
 from stats.reader import degraded_view, rollup_reads, rollup_view
 
-#: The archive meta's counters of the tier move and the expiry (`TransitionState`).
-MOVE_FIELDS = ("move_cursor", "max_pid", "moved", "expired", "expire_cursor", "move_started_at")
 #: What the archive meta hash is read for (`HMGET`: the hash may hold more).
-META_FIELDS = ("tier", "total", "sealed_json_bytes", "sealed_blob_bytes", "retention_s", "last_sweep_s", *MOVE_FIELDS)
+META_FIELDS = ("tier", "sealed_json_bytes", "sealed_blob_bytes", *MOVE_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +171,7 @@ class SnapshotReader:
         stored = stored_tier(k.archive_meta, meta["tier"])
         target = self.policy.tier_after(stored, total)
         archive = _archive_state(k, meta, total, stored, target, int(simple), int(open_batches))
-        queue = _queue_state(int(length), pending, int(dead))
+        queue = queue_state_from(int(length), pending, int(dead))
         archival = parse_state(paused, held, released)
         view = None
         if rolled is not None:
@@ -188,7 +186,7 @@ class SnapshotReader:
             active_size=int(size),
             queue=queue,
             archive=archive,
-            transition=self._transition(meta, total, target, int(simple), oldest, now),
+            transition=transition_from(k, self.policy, meta, target, int(simple), oldest, total, now),
             pressure=pressure_state(pressure, simple, unsealed, target),
             archival=archival,
             progress=job_progress(by_status, total, queue.length, archival.held, parse_samples(samples), now),
@@ -197,34 +195,6 @@ class SnapshotReader:
             stats_check_at=stored_int(k.stats_meta, "last_check_at", check[1], default=0),
             complete_latency={as_text(a): b for a, b in latency.items()},
             rollups=view,
-        )
-
-    def _transition(
-        self, meta: dict[str, Any], total: int, tier: Tier, simple: int, oldest: Any, now: float
-    ) -> TransitionState:
-        """`layers.archive.transitions.transition_state`, from the snapshot's replies."""
-        key, policy = self.keys.archive_meta, self.policy
-        n = {name: int(stored_float(key, name, meta[name])) for name in MOVE_FIELDS}
-        retention = stored_int(key, "retention_s", meta["retention_s"], default=policy.retention_s)
-        last_batch = policy.batch_of(n["max_pid"])
-        backlog = simple if tier is not Tier.SIMPLE else 0
-        elapsed = now - n["move_started_at"] if n["move_started_at"] else 0.0
-        rate = n["moved"] / elapsed if elapsed > 0 and n["moved"] else 0.0
-        lag = max(0.0, now - retention - oldest[0][1]) if oldest else 0.0
-        return TransitionState(
-            tier=tier.value,
-            simple_left=backlog,
-            move_cursor=n["move_cursor"],
-            last_batch=last_batch,
-            moved=n["moved"],
-            move_rate=round(rate, 1),
-            move_eta_s=round(backlog / rate, 1) if backlog and rate else (0.0 if not backlog else None),
-            expired=n["expired"],
-            expired_share=round(n["expired"] / total, 6) if total else 0.0,
-            expiry_indexed=n["expire_cursor"] > last_batch,
-            expiry_lag_s=round(lag, 1),
-            last_sweep_s=stored_float(key, "last_sweep_s", meta["last_sweep_s"]),
-            retention_s=retention,
         )
 
 
@@ -248,14 +218,3 @@ def _archive_state(
         sealed_blob_bytes=blob_bytes,
         sealed_json_bytes=json_bytes,
     )
-
-
-def _queue_state(length: int, pending: Any, dead: int) -> QueueState:
-    """`ArchiveQueue.state` from the replies: entries are deleted when acknowledged, so those not
-    delivered yet are the stream's length minus the pending ones (XINFO's lag is unknown after
-    deletions); before the group exists (an error reply) nothing is pending and the lag unknown."""
-    if not isinstance(pending, dict):
-        return QueueState(length, 0, 0.0, 0, dead)
-    held = int(pending["pending"])
-    consumers = len(pending.get("consumers") or [])
-    return QueueState(length, held, oldest_pending_age(pending), consumers, dead, max(0, length - held))

@@ -214,15 +214,21 @@ class ArchiveQueue:
         pipe.xlen(self.keys.queue)
         pipe.xpending(self.keys.queue, self.group)
         pipe.xlen(self.keys.dead_letter)
-        try:
-            length, pending, dead = pipe.execute()
-        except redis.ResponseError:  # no group yet
-            length, dead = self.redis.xlen(self.keys.queue), self.redis.xlen(self.keys.dead_letter)
-            return QueueState(int(length), 0, 0.0, 0, int(dead))  # type: ignore[arg-type]
-        age = oldest_pending_age(pending)
-        consumers = len(pending.get("consumers") or [])
-        # entries are deleted when acknowledged, so the stream holds exactly the entries not yet
-        # archived: those not delivered yet are its length minus the pending ones (XINFO's own
-        # lag is unknown after deletions and after a restart)
-        lag = max(0, int(length) - int(pending["pending"]))
-        return QueueState(int(length), int(pending["pending"]), age, consumers, int(dead), lag)
+        length, pending, dead = pipe.execute(raise_on_error=False)
+        for reply in (length, dead):
+            if isinstance(reply, Exception):
+                raise reply
+        return queue_state_from(int(length), pending, int(dead))
+
+
+def queue_state_from(length: int, pending: Any, dead: int) -> QueueState:
+    """A `QueueState` from the stream's length, its XPENDING summary and the dead letters' length.
+    Entries are deleted when acknowledged, so the stream holds exactly those not yet archived: the
+    ones not delivered yet are its length less the pending ones (XINFO's own lag is unknown after
+    deletions and after a restart). Before the group exists (XPENDING answered an error) nothing is
+    pending and the lag is unknown."""
+    if not isinstance(pending, dict):
+        return QueueState(length, 0, 0.0, 0, dead)
+    count = int(pending["pending"])
+    consumers = len(pending.get("consumers") or [])
+    return QueueState(length, count, oldest_pending_age(pending), consumers, dead, max(0, length - count))

@@ -29,8 +29,9 @@ from codec import ArchivedPartition, DecodeError, blob_record_count
 from codec.elk import as_archived, parse_archived
 from layers.archive.layer import ArchiveLayer
 from layers.archive.shelves import SlotWrite
-from layers.archive.tiers import Tier
-from layers.plumbing.meta import stored_float
+from layers.archive.tiers import Tier, TierPolicy
+from layers.keys import KeySchema
+from layers.plumbing.meta import stored_float, stored_int
 from layers.plumbing.replies import as_text
 from layers.plumbing.scripts import Scripts
 
@@ -292,49 +293,52 @@ def sweep_expired(archive: ArchiveLayer, now: float | None = None, limit: int = 
     return max(expired, 1)
 
 
-_STATE_FIELDS = [
-    "move_cursor",
-    "max_pid",
-    "moved",
-    "expired",
-    "expire_cursor",
-    "move_started_at",
-    "total",
-    "last_sweep_s",
-]
+_MOVE_NUMBERS = ("move_cursor", "max_pid", "moved", "expired", "expire_cursor", "move_started_at")
+#: The archive meta's fields a `TransitionState` is made of.
+MOVE_FIELDS = (*_MOVE_NUMBERS, "total", "last_sweep_s", "retention_s")
 
 
 def transition_state(archive: ArchiveLayer, now: float | None = None) -> TransitionState:
     """Where the tier transitions and the expiry stand: backlog, rate, ETA, expired share, lag."""
-    r, keys, policy = archive.redis, archive.keys, archive.policy
-    now = time.time() if now is None else now
+    r, keys = archive.redis, archive.keys
     pipe = r.pipeline(transaction=False)
     pipe.hlen(keys.completed)
-    pipe.hmget(keys.archive_meta, _STATE_FIELDS)
+    pipe.hmget(keys.archive_meta, MOVE_FIELDS)
     pipe.zrange(keys.expiry, 0, 0, withscores=True)
     left, raw, oldest = pipe.execute()
-    meta = {
-        name: int(stored_float(keys.archive_meta, name, value)) for name, value in zip(_STATE_FIELDS, raw, strict=True)
-    }
-    tier = archive.tier()
-    last_batch = policy.batch_of(meta["max_pid"])
-    backlog = int(left) if tier is not Tier.SIMPLE else 0
-    elapsed = now - meta["move_started_at"] if meta["move_started_at"] else 0.0
-    rate = meta["moved"] / elapsed if elapsed > 0 and meta["moved"] else 0.0
-    retention = archive.retention_s()
+    meta = dict(zip(MOVE_FIELDS, raw, strict=True))
+    total = stored_int(keys.archive_meta, "total", meta["total"], default=0)
+    now = time.time() if now is None else now
+    return transition_from(keys, archive.policy, meta, archive.tier(), int(left), oldest, total, now)
+
+
+def transition_from(
+    keys: KeySchema, policy: TierPolicy, meta: dict[str, Any], tier: Tier, simple: int, oldest: Any, total: int,
+    now: float,
+) -> TransitionState:  # fmt: skip
+    """`transition_state` from what it read: ``meta`` the archive meta's `MOVE_FIELDS` as stored,
+    ``simple`` the simple hash's size, ``oldest`` the expiry's first entry with its score, ``tier``
+    the tier in force, ``total`` the archived total."""
+    key = keys.archive_meta
+    n = {name: int(stored_float(key, name, meta[name])) for name in _MOVE_NUMBERS}
+    retention = stored_int(key, "retention_s", meta["retention_s"], default=policy.retention_s)
+    last_batch = policy.batch_of(n["max_pid"])
+    backlog = simple if tier is not Tier.SIMPLE else 0
+    elapsed = now - n["move_started_at"] if n["move_started_at"] else 0.0
+    rate = n["moved"] / elapsed if elapsed > 0 and n["moved"] else 0.0
     lag = max(0.0, now - retention - oldest[0][1]) if oldest else 0.0
     return TransitionState(
         tier=tier.value,
         simple_left=backlog,
-        move_cursor=meta["move_cursor"],
+        move_cursor=n["move_cursor"],
         last_batch=last_batch,
-        moved=meta["moved"],
+        moved=n["moved"],
         move_rate=round(rate, 1),
         move_eta_s=round(backlog / rate, 1) if backlog and rate else (0.0 if not backlog else None),
-        expired=meta["expired"],
-        expired_share=round(meta["expired"] / meta["total"], 6) if meta["total"] else 0.0,
-        expiry_indexed=meta["expire_cursor"] > last_batch,
+        expired=n["expired"],
+        expired_share=round(n["expired"] / total, 6) if total else 0.0,
+        expiry_indexed=n["expire_cursor"] > last_batch,
         expiry_lag_s=round(lag, 1),
-        last_sweep_s=stored_float(keys.archive_meta, "last_sweep_s", raw[_STATE_FIELDS.index("last_sweep_s")]),
+        last_sweep_s=stored_float(key, "last_sweep_s", meta["last_sweep_s"]),
         retention_s=retention,
     )
