@@ -31,9 +31,12 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/partarchive demo $(ARGS)
 
+# The suite on pytest-xdist workers, one a core (TEST_WORKERS=0: all in one process); each worker has
+# its own embedded server, local cluster and Sentinel setup, and with REDIS_URL=.../N uses DB N + k.
+TEST_WORKERS ?= auto
 test: $(STAMP)
 	.ci/ensure-chromium
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check codec layers stats archiver tests bench
