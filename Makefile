@@ -31,9 +31,13 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/partarchive demo $(ARGS)
 
+# The suite on pytest-xdist workers (TEST_WORKERS=0: all in one process): four, as the tests wait on
+# processes and servers about half the time; each has its own embedded server, local cluster and
+# Sentinel setup. With REDIS_URL=.../N worker k uses DB N + k: two workers there (DBs N and N+1).
+TEST_WORKERS ?= $(if $(REDIS_URL),2,4)
 test: $(STAMP)
 	.ci/ensure-chromium
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check codec layers stats archiver tests bench

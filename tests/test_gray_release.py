@@ -23,7 +23,7 @@ from codec import ValidationError
 from layers import ActiveLayer, ArchiveLayer, AsyncActiveLayer, KeySchema
 from layers.control.switch import ArchivalSwitch, share_bucket
 from stats import StatsChecker, StatsReader
-from tests.helpers import RouterWatch, cli_env, run_cli, scraped, start_archiver, stop_process, wait_for
+from tests.helpers import AFTER_A_KILL, RouterWatch, cli_env, run_cli, scraped, start_archiver, stop_process, wait_for
 from tests.test_archival import _Workers
 from tests.test_sentinel import PASSWORDS, UNUSED_URL, _flags
 
@@ -164,7 +164,7 @@ def test_kill_9_of_the_cli_and_of_the_archiver_in_the_middle_of_a_share_change(
     switch = ArchivalSwitch(real_redis, keys)
     switch.rollout(0)
     _complete(layer, n // 2)  # held, every one
-    archiver = start_archiver(engine_url, namespace, "--consumer", "first")
+    archiver = start_archiver(engine_url, namespace, "--consumer", "first", **AFTER_A_KILL)
     try:
         with RouterWatch(real_redis, namespace, pids) as watch, _Workers(real_redis, namespace, 2, 0.002) as workers:
             cli = subprocess.Popen([sys.executable, "-m", "archiver", "archival", "rollout", "80"],
@@ -176,7 +176,7 @@ def test_kill_9_of_the_cli_and_of_the_archiver_in_the_middle_of_a_share_change(
             wait_for(lambda: archive.archived_total() > 0, 60, "the archiver archiving released ones")
             archiver.kill()  # kill -9 of the archiver with released entries in flight
             archiver.wait(10)
-            archiver = start_archiver(engine_url, namespace, "--consumer", "second")
+            archiver = start_archiver(engine_url, namespace, "--consumer", "second", **AFTER_A_KILL)
             wait_for(lambda: not layer.counts()["pending"], 120, "the workers done")
         assert not workers.errors, workers.errors[:3]
         in_share = sum(share_bucket(p) < 80 for p in pids)

@@ -40,7 +40,7 @@ def _shared_gauges(text: str) -> set[str]:
     }  # fmt: skip
 
 
-def test_every_series_has_the_namespace(real_redis: redis.Redis, namespace: str) -> None:
+def test_every_series_has_the_namespace(real_redis: redis.Redis, namespace: str, no_slot_move_retries: None) -> None:
     layer = ActiveLayer(real_redis, namespace)
     layer.create_partitions(1, 2000, 1000)
     part = layer.claim("w")

@@ -19,10 +19,12 @@ import redis
 
 from layers import ActiveLayer, ArchiveLayer, KeySchema
 from tests.chaos import Server
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.engine
 
 NS = "startwait"
+NOT_READY = "redis not ready at start, retrying"
 
 
 @pytest.fixture
@@ -58,6 +60,11 @@ def _archived_soon(client: redis.Redis, n: int) -> int:
     return archive.archived_total()
 
 
+def _waited_twice(proc: subprocess.Popen[bytes], log: Path) -> None:
+    """Until the archiver has said twice that Redis is not ready (so it waited and tried again), or exited."""
+    wait_for(lambda: log.read_text().count(NOT_READY) >= 2 or proc.poll() is not None, what="two refused starts")
+
+
 def _stopped(proc: subprocess.Popen[bytes]) -> int:
     proc.send_signal(signal.SIGTERM)
     return proc.wait(30)
@@ -70,7 +77,7 @@ def test_started_at_maxmemory_it_waits_then_archives(server: Server, tmp_path: P
     client.config_set("maxmemory", 1 << 20)  # below what the server holds: writes refused
     log = tmp_path / "archiver.log"
     proc = _archiver(server.url, log)
-    time.sleep(3)
+    _waited_twice(proc, log)
     assert proc.poll() is None, log.read_text()
     assert "maxmemory" in log.read_text()
     client.config_set("maxmemory", 0)
@@ -82,7 +89,7 @@ def test_started_at_maxmemory_it_waits_then_archives(server: Server, tmp_path: P
 def test_started_before_the_server_it_waits_then_archives(server: Server, tmp_path: Path) -> None:
     log = tmp_path / "archiver.log"
     proc = _archiver(server.url, log)
-    time.sleep(2)
+    _waited_twice(proc, log)
     assert proc.poll() is None, log.read_text()
     server.start()
     client = redis.Redis.from_url(server.url)
