@@ -116,7 +116,7 @@ def _time_column(pids: list[int], times: list[int]) -> tuple[int | None, bytes]:
 
 
 @dataclass(slots=True)
-class _Payload:
+class PayloadHead:
     count: int
     flags: int  # with the flags read into the fields below cleared
     first_pid: int
@@ -132,7 +132,7 @@ class _Payload:
     durations: Column
 
 
-def _read_payload(buf: bytes) -> _Payload:
+def read_head(buf: bytes) -> PayloadHead:
     count, offset = get_uvarint(buf, 0)
     if not 1 <= count <= MAX_RECORDS:
         raise DecodeError(f"implausible record count {count}")
@@ -156,14 +156,14 @@ def _read_payload(buf: bytes) -> _Payload:
     rest = flags & ~(_FLAG_SIGNED_FIRST_MIN | _FLAG_FIRST_MIN_GUESS | _FLAG_TIME_LINE)
     if rest not in (0, _FLAG_PREDICTED_MIN):
         raise DecodeError(f"unknown columnar flags {rest}")
-    return _Payload(
+    return PayloadHead(
         count, rest, first_pid, first_min, bool(flags & _FLAG_FIRST_MIN_GUESS), first_time, slope, *refs
     )
 
 
 def decode_columns(buf: bytes, workers: WorkerMap) -> list[ArchivedPartition]:
     """Decode a payload; anything malformed or out of range is a `DecodeError`."""
-    head = _read_payload(buf)
+    head = read_head(buf)
     pid_deltas, min_col, spans = head.pid_deltas.all(), head.min_col.all(), head.spans.all()
     shorts, time_deltas, durations = head.shorts.all(), head.times.all(), head.durations.all()
     first_pid, first_min = head.first_pid, head.first_min
@@ -208,7 +208,11 @@ def find_in_columns(buf: bytes, workers: WorkerMap, pid: int) -> ArchivedPartiti
     that record needs where the format allows: the query router's one-record decode. The
     payload's structure is checked as `decode_columns` checks it; value ranges only for the
     record returned (the blob's checksum has vouched for the rest)."""
-    head = _read_payload(buf)
+    return find_in_head(read_head(buf), workers, pid)
+
+
+def find_in_head(head: PayloadHead, workers: WorkerMap, pid: int) -> ArchivedPartition | None:
+    """`find_in_columns` on a payload's head as `read_head` read it."""
     first_pid = head.first_pid
     i = _index_of(head, pid)
     if i is None:
@@ -245,7 +249,7 @@ def find_in_columns(buf: bytes, workers: WorkerMap, pid: int) -> ArchivedPartiti
     return _build((pid, low, low + span, workers.worker_id(short), at, duration))
 
 
-def _index_of(head: _Payload, pid: int) -> int | None:
+def _index_of(head: PayloadHead, pid: int) -> int | None:
     """Where ``pid`` is among the payload's records (None: not there); by arithmetic when every
     pid delta is the same (a column of width 0: the common batch of consecutive partitions)."""
     deltas = head.pid_deltas

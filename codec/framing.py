@@ -17,10 +17,11 @@ import struct
 import threading
 import zlib
 from collections.abc import Sequence
+from functools import lru_cache
 
 import zstandard
 
-from codec.columnar import MAX_RECORDS, decode_columns, encode_columns, find_in_columns
+from codec.columnar import MAX_RECORDS, PayloadHead, decode_columns, encode_columns, find_in_head, read_head
 from codec.errors import DecodeError, ValidationError
 from codec.record import ArchivedPartition
 from codec.text import decode_text, encode_text
@@ -32,6 +33,8 @@ FORMAT_VERSION = 1
 MAX_PAYLOAD = 64 * 1024 * 1024
 _HEADER = struct.Struct("<2sBBI")
 ZSTD_LEVEL = 12
+#: How many blobs `find_in_blob` keeps the decoded head of (a few MB at the default batch size).
+HEADS_KEPT = 256
 
 
 class Codec(enum.IntEnum):
@@ -121,15 +124,35 @@ def decode_blob(blob: bytes, workers: WorkerMap) -> list[ArchivedPartition]:
 
 def find_in_blob(blob: bytes, workers: WorkerMap, pid: int) -> ArchivedPartition | None:
     """Partition ``pid``'s record in a blob, or None: `decode_blob` for one record, building only
-    that record in the columnar formats (see `codec.columnar.find_in_columns`)."""
-    codec, payload = _payload(blob)
+    that record in the columnar formats (see `codec.columnar.find_in_columns`), from the blob's
+    head as `_columnar_head` keeps it."""
+    head = _columnar_head(blob if type(blob) is bytes else bytes(blob))
     try:
-        if codec.columnar:
-            return find_in_columns(payload, workers, pid)
+        if head is not None:
+            return find_in_head(head, workers, pid)
+        _, payload = _payload(blob)
         return next((r for r in decode_text(payload.decode("utf-8"), workers) if r.partition_id == pid), None)
     except DecodeError:
         raise
     except (UnicodeDecodeError, ValueError, OverflowError, MemoryError) as exc:
+        raise DecodeError(f"invalid {blob_codec(blob).name.lower()} payload: {exc}") from None
+
+
+@lru_cache(maxsize=HEADS_KEPT)
+def _columnar_head(blob: bytes) -> PayloadHead | None:
+    """A columnar blob's payload head (None for the text codec), checked and decompressed once
+    for the last `HEADS_KEPT` blobs looked into: the query router reads the same batches over and
+    over, and their checksum, decompression and column headers were most of a lookup's decode. The
+    blob's bytes are the key, so a batch sealed again is a new entry; a blob that does not decode
+    raises each time (exceptions are not kept)."""
+    codec, payload = _payload(blob)
+    if not codec.columnar:
+        return None
+    try:
+        return read_head(payload)
+    except DecodeError:
+        raise
+    except (ValueError, OverflowError, MemoryError) as exc:
         raise DecodeError(f"invalid {codec.name.lower()} payload: {exc}") from None
 
 

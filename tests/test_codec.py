@@ -288,3 +288,28 @@ def test_mutated_blobs_with_recomputed_checksum_never_raise_anything_else() -> N
 def test_non_bytes_input(bad: object) -> None:
     with pytest.raises(DecodeError):
         decode_blob(bad, WorkerMap())  # type: ignore[arg-type]
+
+
+def test_a_lookup_in_a_blob_seen_before_reuses_its_head_and_a_bad_blob_is_refused_each_time() -> None:
+    """`find_in_blob` keeps decoded heads by the blob's bytes: the same answers from a kept head, a
+    resealed batch (other bytes) answered from its own, a damaged blob refused every time."""
+    from codec.framing import _columnar_head
+
+    workers = WorkerMap()
+    records = [
+        ArchivedPartition(pid, pid * 10, pid * 10 + 9, f"w{pid % 3}", 1719234405 + pid, 5) for pid in range(1, 60)
+    ]
+    blob = encode_blob(records, workers)
+    _columnar_head.cache_clear()
+    first = [find_in_blob(blob, workers, r.partition_id) for r in records]
+    again = [find_in_blob(bytes(blob), workers, r.partition_id) for r in records]  # equal bytes, another object
+    assert first == again == records
+    assert _columnar_head.cache_info().misses == 1 and _columnar_head.cache_info().hits == 2 * len(records) - 1
+    resealed = encode_blob([*records[:-1], ArchivedPartition(59, 1, 2, "w9", 1719234405, 7)], workers)
+    assert find_in_blob(resealed, workers, 59) == ArchivedPartition(59, 1, 2, "w9", 1719234405, 7)
+    assert find_in_blob(blob, workers, 59) == records[-1]
+    damaged = blob[:-1] + bytes([blob[-1] ^ 0xFF])
+    for _ in range(2):
+        with pytest.raises(DecodeError):
+            find_in_blob(damaged, workers, 1)
+    assert find_in_blob(bytearray(blob), workers, 3) == records[2]
