@@ -21,6 +21,7 @@ from typing import Any
 
 from archiver.namespace import Namespace
 from archiver.router import QueryRouter
+from archiver.snapshot import ArchiveState
 from layers.active.latencies import COMPLETE_BUCKETS
 from layers.control.switch import ArchivalState
 from layers.plumbing.replies import as_text
@@ -90,16 +91,9 @@ def _percentiles(times: list[float]) -> tuple[float | None, float | None]:
 
 def build_report(ns: Namespace, state: ArchivalState, *, sample: int = SAMPLE) -> CohortReport:
     r, k = ns.redis, ns.keys
-    pipe = r.pipeline(transaction=False)
-    pipe.xlen(k.queue)
-    pipe.hgetall(k.complete_latency)
-    pipe.hlen(k.active)
-    pipe.hgetall(k.archive_meta)
-    pipe.hlen(k.completed)
-    pipe.strlen(k.done)
-    queued, latency, active_records, meta, simple, done_bytes = pipe.execute()
-    fields = {as_text(a): as_text(b) for a, b in latency.items()}
-    meta = {as_text(a): as_text(b) for a, b in meta.items()}
+    snap = ns.snapshot()  # the counts as status and /metrics show them
+    archive, done_bytes = snap.archive, r.strlen(k.done)
+    fields = {name: as_text(value) for name, value in snap.complete_latency.items()}
     held_total = state.held + state.released
     held_pids = [int(as_text(p)) for p in (r.zrandmember(k.archival_held, sample) or [])]
     archived_pids = _archived_sample(ns, int(done_bytes or 0), sample)
@@ -111,9 +105,9 @@ def build_report(ns: Namespace, state: ArchivalState, *, sample: int = SAMPLE) -
     for prefix, completions, pids, size in (
         (
             "",
-            max(0, _int(meta.get("total")) + int(queued or 0) - state.released),
+            max(0, archive.archived_total + snap.queue.length - state.released),
             archived_pids,
-            _archive_bytes(ns, meta, int(simple or 0), sample),
+            _archive_bytes(ns, archive, sample),
         ),
         ("h", held_total, held_pids, _active_bytes(ns, held_pids)),
     ):
@@ -129,14 +123,10 @@ def build_report(ns: Namespace, state: ArchivalState, *, sample: int = SAMPLE) -
     started = time.perf_counter()
     ns.active.all_active()
     with_held = time.perf_counter() - started
-    records = int(active_records or 0)
+    records = snap.active_size
     without = with_held * (records - state.held) / records if records else 0.0
     return CohortReport(state.effective_share, state.paused, state.held, state.released, cohorts[0], cohorts[1],
                         records, round(with_held, 6), round(without, 6), notes)  # fmt: skip
-
-
-def _int(text: str | None) -> int:
-    return int(text) if text and text.isdigit() else 0
 
 
 def _archived_sample(ns: Namespace, done_bytes: int, sample: int) -> list[int]:
@@ -162,13 +152,12 @@ def _active_bytes(ns: Namespace, pids: list[int]) -> float | None:
     return _mean_entry_bytes(ns, ns.keys.active, [str(pid) for pid in pids])
 
 
-def _archive_bytes(ns: Namespace, meta: dict[str, str], simple: int, sample: int) -> float | None:
+def _archive_bytes(ns: Namespace, archive: ArchiveState, sample: int) -> float | None:
     """An archived partition's bytes: a sealed blob's share when any were sealed, else a record
     of the simple hash (field and value)."""
-    total, blob = meta.get("total", "0"), meta.get("sealed_blob_bytes", "0")
-    sealed = int(total) - simple if total.isdigit() else 0
-    if sealed > 0 and blob.isdigit() and int(blob):
-        return round(int(blob) / sealed, 1)
+    sealed = archive.archived_total - archive.simple_tier
+    if sealed > 0 and archive.sealed_blob_bytes:
+        return round(archive.sealed_blob_bytes / sealed, 1)
     fields = [as_text(f) for f in (ns.redis.hrandfield(ns.keys.completed, sample) or [])]
     if not fields:
         return None
