@@ -17,12 +17,12 @@ import struct
 import threading
 import zlib
 from collections.abc import Sequence
-from functools import lru_cache
 
 import zstandard
 
 from codec.columnar import MAX_RECORDS, PayloadHead, decode_columns, encode_columns, find_in_head, read_head
 from codec.errors import DecodeError, ValidationError
+from codec.head_cache import HeadCache
 from codec.record import ArchivedPartition
 from codec.text import decode_text, encode_text
 from codec.varint import get_uvarint
@@ -33,8 +33,6 @@ FORMAT_VERSION = 1
 MAX_PAYLOAD = 64 * 1024 * 1024
 _HEADER = struct.Struct("<2sBBI")
 ZSTD_LEVEL = 12
-#: How many blobs `find_in_blob` keeps the decoded head of (a few MB at the default batch size).
-HEADS_KEPT = 256
 
 
 class Codec(enum.IntEnum):
@@ -125,7 +123,7 @@ def decode_blob(blob: bytes, workers: WorkerMap) -> list[ArchivedPartition]:
 def find_in_blob(blob: bytes, workers: WorkerMap, pid: int) -> ArchivedPartition | None:
     """Partition ``pid``'s record in a blob, or None: `decode_blob` for one record, building only
     that record in the columnar formats (see `codec.columnar.find_in_columns`), from the blob's
-    head as `_columnar_head` keeps it."""
+    head as `HEADS` keeps it."""
     head = _columnar_head(blob if type(blob) is bytes else bytes(blob))
     try:
         if head is not None:
@@ -138,18 +136,22 @@ def find_in_blob(blob: bytes, workers: WorkerMap, pid: int) -> ArchivedPartition
         raise DecodeError(f"invalid {blob_codec(blob).name.lower()} payload: {exc}") from None
 
 
-@lru_cache(maxsize=HEADS_KEPT)
+#: The decoded heads `find_in_blob` keeps (`codec.head_cache`); None for a text blob.
+HEADS: HeadCache[PayloadHead | None] = HeadCache()
+
+
 def _columnar_head(blob: bytes) -> PayloadHead | None:
     """A columnar blob's payload head (None for the text codec), checked and decompressed once
-    for the last `HEADS_KEPT` blobs looked into: the query router reads the same batches over and
-    over, and their checksum, decompression and column headers were most of a lookup's decode. The
-    blob's bytes are the key, so a batch sealed again is a new entry; a blob that does not decode
-    raises each time (exceptions are not kept)."""
+    while `HEADS` keeps it; a blob that does not decode raises each time."""
+    return HEADS.get(blob, _read_columnar_head)
+
+
+def _read_columnar_head(blob: bytes) -> tuple[PayloadHead | None, int]:
     codec, payload = _payload(blob)
     if not codec.columnar:
-        return None
+        return None, 0
     try:
-        return read_head(payload)
+        return read_head(payload), len(payload)
     except DecodeError:
         raise
     except (ValueError, OverflowError, MemoryError) as exc:

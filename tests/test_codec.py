@@ -290,21 +290,50 @@ def test_non_bytes_input(bad: object) -> None:
         decode_blob(bad, WorkerMap())  # type: ignore[arg-type]
 
 
+def test_the_head_cache_keeps_the_most_recently_used_heads_within_its_bytes() -> None:
+    from codec.head_cache import HeadCache
+
+    reads: list[bytes] = []
+
+    def read(blob: bytes) -> tuple[str, int]:
+        reads.append(blob)
+        if blob == b"bad":
+            raise DecodeError("bad blob")
+        return blob.decode().upper(), 3 * len(blob)  # a payload three times the blob
+
+    cache: HeadCache[str] = HeadCache(max_bytes=3 * (1024 + 400))  # three entries of 100-byte blobs
+    blobs = [bytes([97 + i]) * 100 for i in range(4)]
+    assert [cache.get(b, read) for b in blobs[:3]] == [b.decode().upper() for b in blobs[:3]]
+    assert cache.get(blobs[0], read) == "A" * 100  # kept: now the most recently used
+    cache.get(blobs[3], read)  # pushes out the least recently used: blobs[1]
+    assert cache.info().entries == 3 and cache.info().size <= cache.max_bytes
+    reads.clear()
+    for b in (blobs[0], blobs[2], blobs[3], blobs[1]):
+        cache.get(b, read)
+    assert reads == [blobs[1]]
+    for _ in range(2):
+        with pytest.raises(DecodeError):
+            cache.get(b"bad", read)
+    assert reads.count(b"bad") == 2
+    assert cache.get(b"x" * 5000, read) == "X" * 5000 and cache.info().size <= cache.max_bytes  # too big to keep
+    assert cache.info().entries == 3
+
+
 def test_a_lookup_in_a_blob_seen_before_reuses_its_head_and_a_bad_blob_is_refused_each_time() -> None:
     """`find_in_blob` keeps decoded heads by the blob's bytes: the same answers from a kept head, a
     resealed batch (other bytes) answered from its own, a damaged blob refused every time."""
-    from codec.framing import _columnar_head
+    from codec.framing import HEADS
 
     workers = WorkerMap()
     records = [
         ArchivedPartition(pid, pid * 10, pid * 10 + 9, f"w{pid % 3}", 1719234405 + pid, 5) for pid in range(1, 60)
     ]
     blob = encode_blob(records, workers)
-    _columnar_head.cache_clear()
+    HEADS.clear()
     first = [find_in_blob(blob, workers, r.partition_id) for r in records]
     again = [find_in_blob(bytes(blob), workers, r.partition_id) for r in records]  # equal bytes, another object
     assert first == again == records
-    assert _columnar_head.cache_info().misses == 1 and _columnar_head.cache_info().hits == 2 * len(records) - 1
+    assert HEADS.info().misses == 1 and HEADS.info().hits == 2 * len(records) - 1
     resealed = encode_blob([*records[:-1], ArchivedPartition(59, 1, 2, "w9", 1719234405, 7)], workers)
     assert find_in_blob(resealed, workers, 59) == ArchivedPartition(59, 1, 2, "w9", 1719234405, 7)
     assert find_in_blob(blob, workers, 59) == records[-1]
