@@ -214,5 +214,5 @@ def test_the_lookup_short_path_answers_as_the_route_does(real_redis: redis.Redis
     assert short["/partitions/0"][2] == b'{"error":"not found","detail":null}'  # out of its range: left alone
     app.router.routes.append(route)
     with_short = answers()
-    app.state.short_path.enabled = False
+    app.lookup_path.enabled = False
     assert answers() == with_short  # status, content type and bytes as the route gives them

@@ -25,8 +25,7 @@ def _lookups(namespace: str) -> float:
 
 
 def _without_short_path(app: Any) -> None:
-    app.state.short_path.enabled = False
-    app.middleware_stack = None  # rebuilt on the next request
+    app.lookup_path.enabled = False
 
 
 def test_a_lookup_that_raises_runs_once_and_is_answered_as_the_route_answers(

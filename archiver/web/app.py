@@ -10,7 +10,6 @@ ever leaves the process.
 
 from __future__ import annotations
 
-import functools
 import gc
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -33,7 +32,7 @@ from archiver.router_async import AsyncQueryRouter
 from archiver.version import installed_version
 from archiver.web.docs import add_offline_redoc
 from archiver.web.errors import ErrorResponses, error_response
-from archiver.web.lookup import LoopRouters, PartitionLookupPath, ShortPath, answer_body
+from archiver.web.lookup import LookupFirst, LoopRouters, PartitionLookupPath, answer_body, answering_lookups_first
 from archiver.web.overview import NamespaceList, collect_overview
 from layers import MAX_PARTITION_ID, WrongKeyType
 from layers.plumbing.meta import wrong_type_error_steps
@@ -95,7 +94,7 @@ PartitionId = Annotated[int, Path(ge=0, le=MAX_API_ID, description="partition id
 
 def create_app(
     client: redis.Redis, config: Config, *, async_client: Callable[[], AsyncClient] | None = None
-) -> FastAPI:
+) -> LookupFirst:
     """The app on ``client``; partition lookups go through an asyncio client of the same server,
     made by ``async_client`` (by default the twin of ``client``, `archiver.engine.async_twin`)
     once per event loop."""
@@ -132,7 +131,6 @@ def create_app(
     )
     add_offline_redoc(app, favicon_url="/static/docs/favicon.png")
     app.mount("/static/dashboard", StaticFiles(directory=STATIC), name="dashboard")
-    app.state.short_path = ShortPath(app, functools.partial(PartitionLookupPath, routers=routers, errors=errors))
     errors.install(app)
     namespaces = NamespaceList(ns)
 
@@ -215,4 +213,4 @@ def create_app(
     def metrics() -> Response:
         return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
-    return app
+    return answering_lookups_first(app, PartitionLookupPath(routers, errors))

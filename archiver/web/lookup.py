@@ -3,9 +3,9 @@
 The lookup is the API's hot request, and most of its time over HTTP went to the framework rather
 than to the router: a thread pool hop, FastAPI's own middleware (error handling, telemetry, body
 limit), routing, dependency solving and response-model validation. `PartitionLookupPath` answers a
-well-formed lookup as soon as the request arrives, outside all of it (`ShortPath` puts it
-there), with the same status and bytes as the FastAPI route, which stays the documented contract
-and answers everything else (ids out of range, malformed paths).
+well-formed lookup as soon as the request arrives, before all of it (`LookupFirst`), with the
+same status and bytes as the FastAPI route, which stays the documented contract and answers
+everything else (ids out of range, malformed paths).
 
 Both await the asyncio router (`AsyncQueryRouter`): while one lookup waits for Redis the event
 loop serves other requests. Each request is looked up once: when the lookup raises, the short
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from archiver.output import json_bytes
 from archiver.router import Answer
@@ -61,41 +61,51 @@ class LoopRouters:
             self._router = self._loop = None
 
 
-class PartitionLookupPath:
-    """ASGI middleware: well-formed ``GET /partitions/{id}`` answered from the router directly."""
+class LookupFirst(FastAPI):
+    """The app: a FastAPI app whose `PartitionLookupPath` answers a well-formed lookup before
+    anything of FastAPI's or Starlette's runs (their ``__call__`` alone, a telemetry check that
+    reads the environment and the scope's set-up, was 5% of a lookup's instructions). fastapi-offline
+    builds a plain `FastAPI`; `answering_lookups_first` makes it one of these, which adds nothing
+    but ``__call__`` and the `lookup_path` it asks."""
 
-    def __init__(self, app: ASGIApp, routers: LoopRouters, errors: ErrorResponses) -> None:
-        self.app = app
-        self.routers = routers
-        self.errors = errors
+    lookup_path: PartitionLookupPath
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET":
-            match = _LOOKUP.fullmatch(scope["path"])
-            if match and 1 <= int(match[1]) <= MAX_PARTITION_ID:
-                try:
-                    status, body = answer_body(await self.routers().get(int(match[1])))
-                except Exception as exc:  # outside the app's error middleware: answered here, as it would
-                    await (await self.errors.response(exc))(scope, receive, send)
-                    return
-                await _respond(send, status, body)
-                return
-        await self.app(scope, receive, send)
+        if not await self.lookup_path.answered(scope, receive, send):
+            await super().__call__(scope, receive, send)
 
 
-class ShortPath:
-    """Puts ``make(stack)`` (a `PartitionLookupPath`) around ``app``'s whole middleware stack, FastAPI's
-    own included; with ``enabled = False`` (then ``app.middleware_stack = None``) the routes answer all."""
+def answering_lookups_first(app: FastAPI, lookup_path: PartitionLookupPath) -> LookupFirst:
+    """``app`` as a `LookupFirst` (the same object: its routes, state and settings unchanged)."""
+    app.__class__ = LookupFirst
+    assert isinstance(app, LookupFirst)
+    app.lookup_path = lookup_path
+    return app
 
-    def __init__(self, app: FastAPI, make: Callable[[ASGIApp], ASGIApp]) -> None:
+
+class PartitionLookupPath:
+    """Well-formed ``GET /partitions/{id}`` answered from the router directly, while `enabled`
+    (``False``: the route answers every lookup, as it documents)."""
+
+    def __init__(self, routers: LoopRouters, errors: ErrorResponses) -> None:
+        self.routers = routers
+        self.errors = errors
         self.enabled = True
-        build = app.build_middleware_stack
 
-        def built() -> ASGIApp:
-            stack = build()
-            return make(stack) if self.enabled else stack
-
-        app.build_middleware_stack = built  # type: ignore[method-assign]
+    async def answered(self, scope: Scope, receive: Receive, send: Send) -> bool:
+        """Answer the request if it is a well-formed lookup; whether it did."""
+        if not self.enabled or scope["type"] != "http" or scope["method"] != "GET":
+            return False
+        match = _LOOKUP.fullmatch(scope["path"])
+        if not match or not 1 <= int(match[1]) <= MAX_PARTITION_ID:
+            return False
+        try:
+            status, body = answer_body(await self.routers().get(int(match[1])))
+        except Exception as exc:  # outside the app's error middleware: answered here, as it would
+            await (await self.errors.response(exc))(scope, receive, send)
+            return True
+        await _respond(send, status, body)
+        return True
 
 
 async def _respond(send: Send, status: int, body: bytes) -> None:
