@@ -31,6 +31,7 @@ SHELF_MAGIC = b"\xa7S"
 SHELF_VERSION = 1
 SHELF_SLOTS = 64
 _HEAD = struct.Struct("<2sBB")
+_END = struct.Struct("<I")
 _BLOB_PREFIX = MAGIC + bytes((FORMAT_VERSION,))
 
 
@@ -69,18 +70,23 @@ def unpack_shelf(raw: bytes) -> list[bytes | None]:
 
 
 def shelf_slot(raw: bytes | None, slot: int) -> bytes | None:
-    """The blob in one slot of a shelf (None: no shelf, or an empty slot)."""
+    """The blob in one slot of a shelf (None: no shelf, or an empty slot). Checks the header and the
+    two ends this slot needs, as `lookup.lua` does: damage elsewhere in the table is found by the
+    reader of the slot it describes, and refused by every writer (`unpack_shelf`, `shelf_put.lua`)."""
     if raw is None:
         return None
-    raw, data, ends = _table(raw)
-    if slot >= len(ends):
+    raw, data, count = _head(raw)
+    if slot >= count:
         return None
-    start = ends[slot - 1] if slot else 0
-    return raw[data + start : data + ends[slot]] or None
+    start = _END.unpack_from(raw, _HEAD.size + 4 * (slot - 1))[0] if slot else 0
+    stop = _END.unpack_from(raw, _HEAD.size + 4 * slot)[0]
+    if start > stop or stop > len(raw) - data:
+        raise DecodeError("shelf slot table does not match its data")
+    return raw[data + start : data + stop] or None
 
 
-def _table(raw: bytes) -> tuple[bytes, int, tuple[int, ...]]:
-    """The checked shelf, where its data starts and its slot ends."""
+def _head(raw: bytes) -> tuple[bytes, int, int]:
+    """The shelf with its header checked, where its data starts and its slot count."""
     if not isinstance(raw, bytes | bytearray | memoryview):
         raise DecodeError(f"a shelf is bytes, not {type(raw).__name__}")
     raw = bytes(raw)
@@ -94,6 +100,12 @@ def _table(raw: bytes) -> tuple[bytes, int, tuple[int, ...]]:
     data = _HEAD.size + 4 * count
     if count == 0 or len(raw) < data:
         raise DecodeError("shelf is shorter than its slot table")
+    return raw, data, count
+
+
+def _table(raw: bytes) -> tuple[bytes, int, tuple[int, ...]]:
+    """The checked shelf, where its data starts and its slot ends (every one checked)."""
+    raw, data, count = _head(raw)
     ends = struct.unpack_from(f"<{count}I", raw, _HEAD.size)
     if ends[-1] != len(raw) - data or list(ends) != sorted(ends):
         raise DecodeError("shelf slot table does not match its data")

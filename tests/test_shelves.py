@@ -125,8 +125,10 @@ def _lookup_slot(client: redis.Redis, keys: KeySchema, slot: int) -> tuple[bytes
 def test_the_lookup_script_reads_shelves_as_the_codec_does(
     real_redis: redis.Redis, namespace: str, slots: list[bytes | None], damage: str
 ) -> None:
-    """Every slot `lookup.lua` cuts out of a shelf is the codec's `shelf_slot`; a damaged shelf is
-    refused with the codec's own words, by `lookup.lua` and by `shelf_put.lua` (which writes nothing)."""
+    """Every slot `lookup.lua` cuts out of a shelf is the codec's `shelf_slot`, and a slot it cannot
+    read is refused with the codec's own words (damage to the header refuses every slot, damage to
+    the table the slots it describes); `shelf_put.lua` refuses a shelf with any damage at all, as
+    `unpack_shelf` does, and writes nothing."""
     keys = KeySchema(namespace)
     raw = pack_shelf(slots) or pack_shelf([b"x"])
     raw = {
@@ -138,19 +140,21 @@ def test_the_lookup_script_reads_shelves_as_the_codec_does(
         "count": raw[:3] + b"\x00" + raw[4:],
     }[damage]
     real_redis.set(keys.shelf(0), raw)
-    try:
-        expected: bytes | str | None = shelf_slot(raw, 0)
-    except DecodeError as exc:
-        expected = str(exc)
     for slot in range(SHELF_SLOTS + 1):
-        cut, why = _lookup_slot(real_redis, keys, slot)
-        if isinstance(expected, str):
-            assert (cut, why) == (None, expected)
-        else:
-            assert (cut, why) == (shelf_slot(raw, slot), "")
+        try:
+            expected: tuple[bytes | None, str] = (shelf_slot(raw, slot), "")
+        except DecodeError as exc:
+            expected = (None, str(exc))
+        assert _lookup_slot(real_redis, keys, slot) == expected, slot
+    try:
+        unpack_shelf(raw)
+        whole = ""
+    except DecodeError as exc:
+        whole = str(exc)
+    assert bool(whole) == (damage != "none")
     reply = Scripts.of(real_redis)("shelf_put", [keys.shelf(0)], [SHELF_SLOTS, 0, b"", b"y"])
-    if isinstance(expected, str):
-        assert [as_text(x) for x in reply] == ["err", "corrupt", f"{keys.shelf(0)}: {expected}"]
+    if whole:
+        assert [as_text(x) for x in reply] == ["err", "corrupt", f"{keys.shelf(0)}: {whole}"]
         assert real_redis.get(keys.shelf(0)) == raw
     else:
         assert reply == [int(shelf_slot(raw, 0) is None)]

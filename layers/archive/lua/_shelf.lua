@@ -5,10 +5,6 @@
 
 local SHELF_HEAD = '\167S\1' -- magic and version
 
--- the head and slot table of a shelf of 64 slots (codec/shelf.py's SHELF_SLOTS), what a reader of
--- one slot reads at once (a shelf of more slots is read again, whole)
-local SHELF_HEAD_READ = 4 + 4 * 64
-
 -- the struct library where the engine has it (Redis, Valkey), else false (fakeredis, whose
 -- functions refuse even to name a global they lack); found on first use, as loading a library
 -- may not call pcall
@@ -73,6 +69,38 @@ local function shelf_ends(tbl, count, size, at)
     return nil, 'shelf slot table does not match its data'
   end
   return ends
+end
+
+-- where slot `slot` (0-based) lies in the data of a shelf of `size` bytes whose head (header and
+-- slot table) starts `head`, which holds at least the table's ends up to this slot's: start and
+-- stop (start == stop: an empty slot), or nil and why not. Reads the two ends the slot needs, as
+-- codec/shelf.py's shelf_slot does: damage elsewhere in the table is found by the reader of the
+-- slot it describes (and refused by shelf_put.lua, which checks every end).
+local function shelf_bounds(head, count, size, slot)
+  local data = 4 + 4 * count
+  if size < data then
+    return nil, 'shelf is shorter than its slot table'
+  end
+  if slot >= count then
+    return 0, 0
+  end
+  local start, stop
+  local lib = shelf_struct()
+  if lib then
+    if slot == 0 then
+      start, stop = 0, lib.unpack('<I4', head, 5)
+    else
+      start, stop = lib.unpack('<I4I4', head, 1 + 4 * slot)
+    end
+  else
+    local b = {string.byte(head, 1 + 4 * slot, 8 + 4 * slot)} -- the ends before and of the slot
+    stop = b[5] + b[6] * 256 + b[7] * 65536 + b[8] * 16777216
+    start = slot == 0 and 0 or b[1] + b[2] * 256 + b[3] * 65536 + b[4] * 16777216
+  end
+  if start > stop or stop > size - data then
+    return nil, 'shelf slot table does not match its data'
+  end
+  return start, stop
 end
 
 -- a shelf of `count` slots holding `slots` ('' for an empty one), or '' when every slot is empty

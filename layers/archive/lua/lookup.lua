@@ -30,22 +30,20 @@ local size = redis.call('STRLEN', KEYS[9])
 if size == 0 then
   return out
 end
-local head = redis.call('GETRANGE', KEYS[9], 0, SHELF_HEAD_READ - 1)
+local head = redis.call('GETRANGE', KEYS[9], 0, 3 + 4 * (slot + 1))
 local count, why = shelf_count(head)
-local ends
+local start, stop
 if count then
-  if 4 + 4 * count > SHELF_HEAD_READ then
-    head = redis.call('GETRANGE', KEYS[9], 0, 3 + 4 * count)
+  start, stop = shelf_bounds(head, count, size, slot)
+  if not start then
+    why = stop
   end
-  ends, why = shelf_ends(head, count, size, 5)
 end
-if not ends then
+if not start then
   out[11] = why
   return out
 end
-local start = slot == 0 and 0 or ends[slot]
-local stop = ends[slot + 1]
-if stop and stop > start then
+if stop > start then
   local data = 4 + 4 * count
   out[9] = redis.call('GETRANGE', KEYS[9], data + start, data + stop - 1)
 end
