@@ -36,9 +36,9 @@ demo: $(STAMP)
 # The suite on pytest-xdist workers (TEST_WORKERS=0: all in one process): four, as the tests wait on
 # processes and servers about half the time; each has its own embedded server, local cluster and
 # Sentinel setup. With REDIS_URL=.../N worker k uses DB N + k: two workers there (DBs N and N+1).
-# The suite starts some 260 Python processes: they keep the bytecode of our modules (__pycache__, as Python does
-# by default) even where PYTHONDONTWRITEBYTECODE is set, rather than each compiling them again (~0.45 s of CPU
-# a process with the packages' bytecode uncompiled too).
+# The suite starts some 230 Python processes: they keep our modules' bytecode (__pycache__, Python's default) also
+# where PYTHONDONTWRITEBYTECODE is set, rather than each compiling them again (with the packages' not compiled at
+# install either, that was ~0.45 s of CPU a process, half the suite's CPU).
 TEST_WORKERS ?= $(if $(REDIS_URL),2,4)
 test: $(STAMP)
 	.ci/ensure-chromium
