@@ -1,8 +1,35 @@
-"""The processes and their faces: archiver daemon, query router, CLI, demo."""
+"""The processes and their faces: archiver daemon, query router, CLI, demo.
 
-from archiver.config import Config
-from archiver.daemon.loop import ArchiverDaemon
-from archiver.router import Answer, QueryRouter, Source
-from archiver.router_async import AsyncQueryRouter
+The names below are imported on first use, so that a command that needs none of them (``status``,
+``stats``, ``get``) does not load the daemon and its logging with ``archiver.config``."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from archiver.config import Config
+    from archiver.daemon.loop import ArchiverDaemon
+    from archiver.router import Answer, QueryRouter, Source
+    from archiver.router_async import AsyncQueryRouter
+
+_HOMES = {
+    "Answer": "archiver.router",
+    "ArchiverDaemon": "archiver.daemon.loop",
+    "AsyncQueryRouter": "archiver.router_async",
+    "Config": "archiver.config",
+    "QueryRouter": "archiver.router",
+    "Source": "archiver.router",
+}
 
 __all__ = ["Answer", "ArchiverDaemon", "AsyncQueryRouter", "Config", "QueryRouter", "Source"]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'archiver' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import redis
-import structlog
 from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
@@ -25,7 +24,14 @@ from layers import ArchiveLayer, KeySchema, Tier
 from layers.active.latencies import COMPLETE_BUCKETS
 from layers.plumbing.meta import stored_int
 
-log = structlog.get_logger("partarchive.metrics")
+
+def _log() -> Any:
+    """The scrape's logger, structlog imported only then: the router's counters live here, and ``get``
+    should not load the logging it never uses."""
+    import structlog
+
+    return structlog.get_logger("partarchive.metrics")
+
 
 NS = ["namespace"]
 ROUTER_ANSWERS = Counter("partarchive_router_answers", "Router answers by the layer that answered.", [*NS, "source"])
@@ -81,11 +87,11 @@ class LayerStateCollector(Collector):
         try:
             families = list(self.families(self.snapshots.read()))
         except PartArchiveError as exc:
-            log.warning("metrics scrape found damaged namespace data", error=str(exc))
+            _log().warning("metrics scrape found damaged namespace data", error=str(exc))
             families = []
             damaged.add_metric([self.namespace], 1)
         except redis.RedisError as exc:
-            log.warning("metrics scrape could not read redis", error=str(exc))
+            _log().warning("metrics scrape could not read redis", error=str(exc))
             up.add_metric([self.namespace], 0)
             yield up
             return

@@ -24,11 +24,8 @@ def _setbit(self: BitmapCommandsMixin, key: CommandItem, offset: int, value: int
     new_byte = old_byte | mask if value == 1 else old_byte & ~mask
     grows = old is None or byte >= len(val)
     if grows or old_byte != new_byte or self._server.server_type == "dragonfly":  # type: ignore[attr-defined]
-        changed = bytearray(val)
-        if byte >= len(changed):
-            changed.extend(bytes(byte + 1 - len(changed)))
-        changed[byte] = new_byte
-        key.update(bytes(changed))
+        view = memoryview(val)  # the new value in one copy of the old (512 MB at 2**32 - 1)
+        key.update(b"".join((view[:byte], bytes(max(0, byte - len(val))), bytes((new_byte,)), view[byte + 1 :])))
     return value if old_byte == new_byte else 1 - value
 
 

@@ -14,7 +14,7 @@ import redis
 from archiver import ArchiverDaemon, Config
 from archiver.daemon.loop import drain
 from layers import ActiveLayer, ArchiveLayer, KeySchema
-from tests.helpers import complete_partitions, free_port, start_server, stop_process
+from tests.helpers import complete_partitions, free_port, http_get, start_server, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -181,7 +181,7 @@ def test_daemon_metrics_port(engine_url: str, real_redis: redis.Redis, namespace
 
         def scraped() -> bool:
             try:
-                text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+                text = http_get(f"http://127.0.0.1:{port}/metrics").text
                 return f'partarchive_stats_flushes_total{{namespace="{namespace}"}} 1.0' in text
             except httpx.HTTPError:
                 return False

@@ -8,7 +8,6 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 
-import httpx
 import pytest
 import redis
 from fastapi.testclient import TestClient
@@ -22,7 +21,7 @@ from layers.control.switch import ArchivalSwitch
 from layers.keys import ARCHIVER_GROUP
 from tests.browser import CHROMIUM_ARGS, chromium_path, screenshot_path
 from tests.conftest import delete_namespace
-from tests.helpers import free_port, start_server, wait_for
+from tests.helpers import free_port, http_get, start_server, wait_for
 
 
 def _populate(client: redis.Redis, namespace: str, created: int = 30, claimed: int = 25, completed: int = 20) -> None:
@@ -116,7 +115,7 @@ def served(engine_url: str, namespace: str) -> Iterator[tuple[str, redis.Redis]]
     proc = start_server(engine_url, namespace, port)
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: httpx.get(f"{base}/healthz").status_code == 200, what="serve to answer")
+        wait_for(lambda: http_get(f"{base}/healthz").status_code == 200, what="serve to answer")
         yield base, client
     finally:
         proc.send_signal(signal.SIGTERM)

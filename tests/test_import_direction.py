@@ -1,8 +1,11 @@
-"""Imports flow ``codec <- layers <- stats <- archiver``: no package imports one to its right."""
+"""Imports flow ``codec <- layers <- stats <- archiver``: no package imports one to its right; and a reading
+command loads no more than it needs."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,3 +53,16 @@ def test_only_the_entry_point_imports_the_cli() -> None:
         and any(name == "archiver.cli" or name.startswith("archiver.cli.") for name in _modules(path))
     ]
     assert users == ["archiver/__main__.py"]
+
+
+def test_a_reading_command_loads_neither_the_daemon_nor_the_logging() -> None:
+    """``get``, ``status``, ``stats``, ``archival``: `archiver` hands out its names on first use, and the
+    router's metrics import structlog only to log a failed scrape, so these start without either."""
+    code = (
+        "import sys\n"
+        "import archiver.cli.archival, archiver.cli.get, archiver.cli.stats, archiver.cli.status\n"
+        "print(sorted({'archiver.daemon.loop', 'fastapi', 'structlog'} & set(sys.modules)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import cli_env, free_port, wait_for
+from tests.helpers import cli_env, free_port, http_get, wait_for
 
 pytestmark = pytest.mark.packaging
 
@@ -123,7 +123,7 @@ def test_the_server_extra_serves_the_dashboard_docs_and_metrics(
 
 def _answers(url: str) -> bool:
     try:
-        return httpx.get(url, timeout=2).status_code == 200
+        return http_get(url, timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
 

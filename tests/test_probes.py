@@ -13,12 +13,12 @@ import redis
 from archiver import ArchiverDaemon, Config
 from archiver.daemon.probes import LIVENESS_PATH, READINESS_PATH, LoopProbe, serve_metrics
 from layers import KeySchema
-from tests.helpers import complete_partitions, free_port, start_archiver, wait_for
+from tests.helpers import complete_partitions, free_port, http_get, start_archiver, wait_for
 
 
 def _answers(url: str) -> bool:
     try:
-        return httpx.get(url, timeout=2).status_code == 200
+        return http_get(url, timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
 

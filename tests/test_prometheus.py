@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from archiver import Config
 from archiver.web import create_app
-from layers import ActiveLayer, KeySchema
+from layers import ActiveLayer, ArchiveLayer, KeySchema
 from layers.active.latencies import COMPLETE_BUCKETS, HAND_EVERY_S
 from tests.test_transitions import fill_simple_tier, records
 
@@ -148,3 +148,27 @@ def test_the_grafana_dashboard_filters_by_namespace() -> None:
     for expr in QUERIES:
         for m in re.finditer(r"partarchive_\w+(\{[^}]*\})?", expr):
             assert m.group(1) and 'namespace="$namespace"' in m.group(1), expr
+
+
+def test_a_child_caught_creating_its_metrics_file_does_not_fail_the_groups_scrape(
+    real_redis: redis.Redis, namespace: str
+) -> None:
+    """``run --processes``: a child's counter file exists at 0 bytes until prometheus_client sizes it. A
+    scrape then (or ever after, if the child was killed right then) answers, with the other children's counts."""
+    from prometheus_client import generate_latest
+    from prometheus_client.mmap_dict import MmapedDict, mmap_key
+
+    from archiver.daemon.group_metrics import GroupMetrics
+
+    group = GroupMetrics([ArchiveLayer(real_redis, KeySchema(namespace))])
+    try:
+        name = "partarchive_stats_flushes"
+        counted = MmapedDict(str(Path(group.directory) / "counter_101.db"))
+        counted.write_value(mmap_key(name, f"{name}_total", ["namespace"], [namespace], "flushes"), 3.0, 0.0)
+        counted.close()
+        (Path(group.directory) / "counter_102.db").touch()  # created, not yet sized
+        text = generate_latest(group.registry).decode()
+    finally:
+        group.close()
+    assert f'{name}_total{{namespace="{namespace}"}} 3.0' in text
+    assert f'partarchive_redis_up{{namespace="{namespace}"}} 1.0' in text

@@ -12,9 +12,12 @@ still added). The directory is removed when the supervisor stops.
 
 from __future__ import annotations
 
+import glob
+import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -25,12 +28,30 @@ from layers import ArchiveLayer
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
+class _ChildrenCollector(MultiProcessCollector):
+    """The children's counters, less the files of a child caught between creating its file and sizing
+    it: prometheus_client reads such an empty file as a damaged one and fails the whole scrape (for
+    good, if the child is killed right then; prometheus/client_python#1199). Empty, it holds nothing."""
+
+    def collect(self) -> Iterable[Any]:
+        files = [f for f in glob.glob(os.path.join(self._path, "*.db")) if _size(f)]
+        merged: Iterable[Any] = self.merge(files, accumulate=True)  # type: ignore[no-untyped-call]
+        return merged
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
 class GroupMetrics:
     def __init__(self, archives: Sequence[ArchiveLayer]) -> None:
         self.namespaces = [a.keys.namespace for a in archives]
         self.directory = tempfile.mkdtemp(prefix="partarchive-metrics-")
         self.registry = CollectorRegistry()
-        MultiProcessCollector(self.registry, path=self.directory)  # type: ignore[no-untyped-call]
+        _ChildrenCollector(self.registry, path=self.directory)  # type: ignore[no-untyped-call]
         for archive in archives:
             self.registry.register(LayerStateCollector(archive))
         self.processes = Gauge(
