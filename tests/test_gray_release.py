@@ -183,8 +183,11 @@ def test_kill_9_of_the_cli_and_of_the_archiver_in_the_middle_of_a_share_change(
         # the lock holder releases what the killed rollout left
         wait_for(lambda: archive.archived_total() == in_share, 120, "the share archived")
         assert switch.state().held == n - in_share
-        assert switch.rollout(100) == n - in_share
+        released_before = switch.state().released
+        # the archiver, lock holder, may release some of them too: each is released once, by one of the two
+        assert 0 <= switch.rollout(100) <= n - in_share
         wait_for(lambda: archive.archived_total() == n, 120, "everything archived")
+        assert switch.state().released - released_before == n - in_share and switch.state().held == 0
     finally:
         err = stop_process(archiver)
     assert "Traceback" not in err
