@@ -11,13 +11,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from archiver.config import Config
     from archiver.daemon.loop import ArchiverDaemon
-    from archiver.router import Answer, QueryRouter, Source
-    from archiver.router_async import AsyncQueryRouter
+    from archiver.router import Answer, AsyncQueryRouter, QueryRouter, Source
 
 _HOMES = {
     "Answer": "archiver.router",
     "ArchiverDaemon": "archiver.daemon.loop",
-    "AsyncQueryRouter": "archiver.router_async",
+    "AsyncQueryRouter": "archiver.router",
     "Config": "archiver.config",
     "QueryRouter": "archiver.router",
     "Source": "archiver.router",

@@ -9,7 +9,9 @@ found by ``pid // batch_size``, never by a scan. A blob that fails to decode is 
 the router falls back; it never raises out of `get`.
 
 The lookup is written once, as steps (`layers.plumbing.steps`, `RouterCore`): `QueryRouter` runs it on a
-blocking client, `archiver.router_async.AsyncQueryRouter` awaits it on a `redis.asyncio` one.
+blocking client, `AsyncQueryRouter` awaits it on a `redis.asyncio` one (a ``redis.asyncio.Redis``, a
+Sentinel's ``master_for``, or ``redis.asyncio.RedisCluster``), with the same answers, chain,
+metrics and errors, and the statistics fallback read on the same client.
 """
 
 from __future__ import annotations
@@ -25,16 +27,15 @@ import redis
 from archiver.metrics import DECODES, ROUTER_ANSWERS, ROUTER_SECONDS
 from codec import ArchivedPartition, DecodeError, PartitionInfo
 from codec.elk import ElkRecord, decode_active, parse_archived
-from codec.shelf import SHELF_SLOTS, unshelved
+from codec.framing import SHELF_SLOTS, unshelved
 from layers import ArchiveLayer, KeySchema, TierPolicy
 from layers.active.sdk import check_partition_id
-from layers.archive.sealing import find_in_batch_steps
 from layers.archive.shelves import StoredBatch, add_shelf_reads
 from layers.archive.workers import WorkerNumbers
 from layers.keys import is_cluster_client
 from layers.plumbing.meta import StoredBatchSize, typed_steps
 from layers.plumbing.replies import as_text
-from layers.plumbing.steps import Batch, Call, Script, Steps, SyncIO, blocking
+from layers.plumbing.steps import AsyncClient, AsyncIO, Batch, Call, Script, Steps, SyncIO, awaiting, blocking
 from stats.reader import RangeSummaries
 
 
@@ -163,7 +164,7 @@ class RouterCore:
             blobs = []  # past its retention: the sweep has not deleted it yet, reads already do not see it
         for blob in blobs:
             try:
-                part = yield from find_in_batch_steps(self.workers, blob, pid)
+                part = yield from self.workers.find_steps(blob, pid)
                 self.decode_successes += 1
                 self._decoded.inc()
             except DecodeError as exc:
@@ -263,3 +264,33 @@ class QueryRouter(RouterCore):
         super().__init__(keys, a.policy, a.batch_sizes, a.workers, summary_lookup, scripted=scripted)
 
     get = blocking(RouterCore._get)
+
+
+class AsyncQueryRouter(RouterCore):
+    """``answer = await router.get(pid)``. With ``archive`` (a synchronous `ArchiveLayer` of the same
+    namespace) the router shares its policy, stored batch size and worker numbering, and does no
+    I/O through it; ``summary_lookup`` may be a plain or a coroutine function."""
+
+    def __init__(
+        self,
+        redis_client: AsyncClient,
+        namespace: str | KeySchema = "elk",
+        *,
+        cluster: bool = False,
+        policy: TierPolicy | None = None,
+        summary_lookup: SummaryLookup | None = None,
+        archive: ArchiveLayer | None = None,
+    ) -> None:
+        self.redis = redis_client
+        self._io = AsyncIO(redis_client)
+        keys = KeySchema.of(namespace, cluster, client=redis_client)
+        workers: WorkerNumbers
+        if archive is not None:
+            policy, batch_sizes, workers = archive.policy, archive.batch_sizes, archive.workers
+        else:
+            policy = policy or TierPolicy()
+            batch_sizes, workers = StoredBatchSize(keys.archive_meta, policy.batch_size), WorkerNumbers(keys)
+        scripted = not is_cluster_client(redis_client)
+        super().__init__(keys, policy, batch_sizes, workers, summary_lookup, scripted=scripted)
+
+    get = awaiting(RouterCore._get)

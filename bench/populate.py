@@ -16,7 +16,7 @@ import orjson
 import redis
 
 from codec import ArchivedPartition, encode_blob, encode_text
-from codec.shelf import SHELF_SLOTS, pack_shelf, shelved, unpack_shelf
+from codec.framing import SHELF_SLOTS, pack_shelf, shelved, unpack_shelf
 from layers import KeySchema, TierPolicy, WorkerRegistry
 
 PIPELINE = 2000

@@ -33,10 +33,20 @@ from itertools import accumulate
 from operator import sub
 
 from codec.errors import DecodeError, ValidationError
-from codec.packing import Column, pack_column, packed_size, read_column, varint_size, zigzag
+from codec.packing import (
+    Column,
+    get_svarint,
+    get_uvarint,
+    pack_column,
+    packed_size,
+    put_svarint,
+    put_uvarint,
+    read_column,
+    varint_size,
+    zigzag,
+)
 from codec.record import ArchivedPartition
 from codec.validate import MAX_DURATION, MAX_ID, MAX_INT64, MAX_TIMESTAMP, MIN_INT64
-from codec.varint import get_svarint, get_uvarint, put_svarint, put_uvarint
 from codec.workers import WorkerMap
 
 _FLAG_PREDICTED_MIN = 1

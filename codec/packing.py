@@ -10,6 +10,9 @@ time (of the k whose R^k fits in 64 bits, the one wasting the fewest bits a valu
 one number < R^k, the groups bit-packed at the width of R^k - 1 (the last, shorter group at its
 own width). That costs about log2(R) bits a value instead of ceil(log2(R)); `pack_column`
 keeps the smaller form.
+
+The varints of both, and of the batch header (`codec.columnar`), are LEB128 (zigzag for signed
+values): `put_uvarint`, `get_svarint`, ...
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from codec.errors import DecodeError
-from codec.varint import get_svarint, get_uvarint, put_svarint, put_uvarint
 
+_MAX_BYTES = 10  # of a varint
 _RADIX = 65  # the kind byte of a radix column (bit widths are 0..64)
 _MAX_RADIX = 1 << 32
 
@@ -185,3 +188,32 @@ def read_column(buf: bytes, offset: int, count: int) -> Column:
     if column.end > len(buf):
         raise DecodeError("truncated columnar payload")
     return column
+
+
+def put_uvarint(out: bytearray, value: int) -> None:
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def put_svarint(out: bytearray, value: int) -> None:
+    put_uvarint(out, (value << 1) if value >= 0 else ((-value) << 1) - 1)
+
+
+def get_uvarint(buf: bytes, offset: int) -> tuple[int, int]:
+    if offset < len(buf) and buf[offset] < 0x80:  # one byte: most of a batch header's
+        return buf[offset], offset + 1
+    result = shift = 0
+    for i in range(offset, min(offset + _MAX_BYTES, len(buf))):
+        byte = buf[i]
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, i + 1
+        shift += 7
+    raise DecodeError("truncated or overlong varint")
+
+
+def get_svarint(buf: bytes, offset: int) -> tuple[int, int]:
+    value, offset = get_uvarint(buf, offset)
+    return (value >> 1) if not value & 1 else -((value + 1) >> 1), offset

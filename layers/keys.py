@@ -335,7 +335,7 @@ class KeySchema:
         return f"{self._untagged}_completed:batch:{self._batch_part(batch_no)}"
 
     def shelf(self, shelf_no: int) -> str:
-        """String: the sealed batches ``shelf_no * 64 ..`` in one shelf (`codec.shelf`); in cluster
+        """String: the sealed batches ``shelf_no * 64 ..`` in one shelf (`codec.framing`); in cluster
         mode tagged by shelf number, so shelves spread over the slots."""
         return f"{self._untagged}_completed:shelf:{self._batch_part(shelf_no)}"
 

@@ -23,8 +23,7 @@ from codec import (
     encode_text,
     find_in_blob,
 )
-from codec.packing import pack_column, read_column
-from codec.varint import put_svarint
+from codec.packing import pack_column, put_svarint, read_column
 
 SEED_EXAMPLE = "P4970:4969001-4970000:w1:1719234405:295,P4971:4970001-4971000:w2:1719234410:300"
 
@@ -291,7 +290,7 @@ def test_non_bytes_input(bad: object) -> None:
 
 
 def test_the_head_cache_keeps_the_most_recently_used_heads_within_its_bytes() -> None:
-    from codec.head_cache import HeadCache
+    from codec.framing import HeadCache
 
     reads: list[bytes] = []
 

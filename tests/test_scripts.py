@@ -15,8 +15,7 @@ from redis.exceptions import ResponseError
 from archiver.engine import async_twin
 from layers import KeySchema
 from layers.plumbing.replies import as_text
-from layers.plumbing.scripts import LUA_ROOMS, Scripts, assembled, includes, lua_files, script_source
-from layers.plumbing.scripts_async import AsyncScripts
+from layers.plumbing.scripts import LUA_ROOMS, AsyncScripts, Scripts, assembled, includes, lua_files, script_source
 
 FILES = lua_files()
 HELPERS = sorted(name for name in FILES if name.startswith("_"))

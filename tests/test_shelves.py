@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from archiver import QueryRouter, Source
 from archiver.elk.export import Exporter
 from codec import ArchivedPartition, DecodeError, encode_blob
-from codec.shelf import SHELF_SLOTS, pack_shelf, shelf_slot, shelved, unpack_shelf
+from codec.framing import SHELF_SLOTS, pack_shelf, shelf_slot, shelved, unpack_shelf
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy, WrongKeyType, migrate_step
 from layers.archive.shelves import SlotWrite
 from layers.plumbing.replies import as_text

@@ -25,8 +25,7 @@ from layers import ActiveLayer, ArchiveQueue, Completion, KeySchema
 from layers.active.sdk_async import AsyncActiveLayer
 from layers.errors import SlotMoving
 from layers.plumbing import drive, slot_moves
-from layers.plumbing.scripts import Scripts
-from layers.plumbing.scripts_async import AsyncScripts
+from layers.plumbing.scripts import AsyncScripts, Scripts
 from layers.plumbing.slot_moves import ride_out, run_transaction
 from layers.plumbing.steps import AsyncIO, Batch, Steps, SyncIO
 from tests.conftest import cluster_server

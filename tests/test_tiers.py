@@ -11,7 +11,7 @@ import redis
 from archiver import ArchiverDaemon, Config, QueryRouter, Source
 from archiver.daemon.loop import drain
 from codec import ArchivedPartition, ValidationError
-from codec.shelf import SHELF_SLOTS, pack_shelf, shelved, unpack_shelf
+from codec.framing import SHELF_SLOTS, pack_shelf, shelved, unpack_shelf
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, Tier, TierPolicy, migrate_step
 from layers.archive.sealing import UnwrittenSeals
 from layers.archive.shelves import StoredBatch

@@ -28,7 +28,7 @@ from archiver.config import Config
 from archiver.engine import async_twin
 from archiver.metrics import register_state_collector
 from archiver.namespace import Namespace
-from archiver.router_async import AsyncQueryRouter
+from archiver.router import AsyncQueryRouter
 from archiver.version import installed_version
 from archiver.web.docs import add_offline_redoc
 from archiver.web.errors import ErrorResponses, error_response

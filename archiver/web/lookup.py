@@ -24,8 +24,7 @@ from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
 from archiver.output import json_bytes
-from archiver.router import Answer
-from archiver.router_async import AsyncQueryRouter
+from archiver.router import Answer, AsyncQueryRouter
 from archiver.web.errors import ErrorResponses
 from layers import MAX_PARTITION_ID
 

@@ -23,16 +23,16 @@ import orjson
 import redis
 from redis.exceptions import NoScriptError
 
-from codec import ArchivedPartition, DecodeError, decode_blob, encode_blob, find_in_blob
+from codec import ArchivedPartition, DecodeError, decode_blob, encode_blob
 from codec.elk import as_archived, parse_archived
 from layers.archive.shelves import ShelfStore, SlotWrite, StoredBatch
 from layers.archive.tiers import Tier, TierPolicy
-from layers.archive.workers import WorkerNumbers, WorkerRegistry
+from layers.archive.workers import WorkerRegistry
 from layers.keys import KeySchema
 from layers.plumbing.meta import read_tier
 from layers.plumbing.replies import as_text, script_error
 from layers.plumbing.scripts import Scripts
-from layers.plumbing.steps import Steps, SyncIO
+from layers.plumbing.steps import SyncIO
 
 _SEAL_RETRIES = 20
 #: How long (us) a process's last counted group is remembered for a bookkeeping sent again (a week).
@@ -422,7 +422,7 @@ class BatchSealing:
 
     def find_in_batch(self, blob: bytes, pid: int) -> ArchivedPartition | None:
         """One partition's record in a blob (None if the batch does not hold it)."""
-        return SyncIO(self.redis).run(find_in_batch_steps(self.workers, blob, pid))
+        return SyncIO(self.redis).run(self.workers.find_steps(blob, pid))
 
     def decode_batch(self, blob: bytes) -> list[ArchivedPartition]:
         try:
@@ -453,12 +453,3 @@ def _ascending(parts: Sequence[ArchivedPartition]) -> bool:
     """Whether the records' pids strictly ascend (each pid once, in order)."""
     pids = [p.partition_id for p in parts]
     return all(map(lt, pids, pids[1:]))
-
-
-def find_in_batch_steps(workers: WorkerNumbers, blob: bytes, pid: int) -> Steps[ArchivedPartition | None]:
-    """One partition's record in a blob (None if the batch does not hold it), as steps."""
-    try:
-        return find_in_blob(blob, workers.map, pid)
-    except DecodeError:
-        yield from workers.refresh_steps()  # another archiver may have registered new workers
-        return find_in_blob(blob, workers.map, pid)

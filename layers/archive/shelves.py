@@ -1,4 +1,4 @@
-"""Where sealed batches are stored: shelves of `SHELF_SLOTS` batches (format in `codec.shelf`).
+"""Where sealed batches are stored: shelves of `SHELF_SLOTS` batches (format in `codec.framing`).
 
 Batch ``b`` is slot ``b % 64`` of shelf ``b // 64``. Versions before shelves kept one key per
 batch (`KeySchema.batch`); those keys are still read, a seal moves its batch into the shelf and
@@ -19,7 +19,7 @@ from typing import Any
 import redis
 
 from codec import DecodeError
-from codec.shelf import SHELF_SLOTS, shelf_slot, shelved, unshelved
+from codec.framing import SHELF_SLOTS, shelf_slot, shelved, unshelved
 from layers.archive.dead_letters import DeadLetters
 from layers.keys import KeySchema
 from layers.plumbing.replies import script_error

@@ -8,7 +8,7 @@ from typing import Any
 
 import redis
 
-from codec import DecodeError, WorkerMap
+from codec import ArchivedPartition, DecodeError, WorkerMap, find_in_blob
 from codec.validate import check_worker_id
 from layers.keys import KeySchema
 from layers.plumbing.replies import as_text
@@ -48,6 +48,16 @@ class WorkerNumbers:
             except ValueError as exc:
                 raise DecodeError(f"the worker registry is corrupt: {exc}") from None
             return self.map
+
+    def find_steps(self, blob: bytes, pid: int) -> Steps[ArchivedPartition | None]:
+        """One partition's record in a sealed blob (None if the batch does not hold it), its worker
+        named by this numbering, read again once if the blob names a worker it lacks (another
+        archiver may have registered new workers)."""
+        try:
+            return find_in_blob(blob, self.map, pid)
+        except DecodeError:
+            yield from self.refresh_steps()
+            return find_in_blob(blob, self.map, pid)
 
 
 class WorkerRegistry(WorkerNumbers):

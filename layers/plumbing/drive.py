@@ -5,7 +5,7 @@ Work written once as a generator yields what it needs (a `Send` of one command, 
 generator at its ``yield``. What each step does is the caller's ``perform``; `perform` and
 `aperform` do the three kinds here on a client of either flavour. These two loops are the only
 place where the blocking and the asyncio flavours differ (`layers.plumbing.steps` adds the
-worker's and the router's steps, `layers.plumbing.script_core` the running of a script,
+worker's and the router's steps, `layers.plumbing.scripts` the running of a script,
 `layers.plumbing.slot_moves` riding out a slot move).
 """
 

@@ -15,7 +15,7 @@ cluster client: the helpers are then defined once, when the library loads, and F
 Redis less than EVALSHA; together about a third of a step's server time. The library's name
 carries a hash of its text, so releases side by side each call their own. Redis reports an error
 at a line of what it was sent; `located` names the line of the script's own file (or helper's)
-instead. How a script is run is `layers.plumbing.script_core`.
+instead. How a script is run is `layers.plumbing.scripts`.
 """
 
 from __future__ import annotations

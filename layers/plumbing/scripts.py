@@ -1,22 +1,33 @@
-"""The scripts in ``layers/<room>/lua`` run on a blocking client: ``Scripts.of(client)(name, keys, args)``.
+"""The scripts in ``layers/<room>/lua``, run: ``Scripts.of(client)(name, keys, args)`` on a blocking
+client, ``await AsyncScripts.of(client)(name, keys, args)`` on a `redis.asyncio` one.
 
-What is sent is `layers.plumbing.lua_sources`' (a script with its helpers, the worker's library);
-how it is run, FCALL or EVALSHA, loading what the server lacks, riding out a slot move on Redis
-Cluster and naming a failed line by its file, is `layers.plumbing.script_core.ScriptCore`, which
-`layers.plumbing.scripts_async.AsyncScripts` drives alike on asyncio. Here too: several scripts in
-one round trip (`run_many`, `queue_calls`).
+What is sent is `layers.plumbing.lua_sources`' (a script with its helpers, the worker's library).
+How it is run is written once, in `ScriptCore`: it holds what a client's runs have learnt (does
+the server have Redis Functions, which scripts run as scripts because it refused the library,
+each script's SHA1) and gives the steps (`layers.plumbing.drive`) of a run: FCALL of the worker's
+library, or EVALSHA; the library or the script loaded where the server lacks it; a script whose
+node never saw it sent whole (EVAL) on Redis Cluster; every run on Redis Cluster sent again while
+its slot moves (`layers.plumbing.slot_moves.riding_out`); and an error Redis answers with
+``user_script:N`` named by the file and line of the script's own source (`located`). `Scripts`
+drives those steps blocking, `AsyncScripts` awaits them: the two differ in nothing else. Here too,
+on a blocking client: several scripts in one round trip (`Scripts.run_many`, `Scripts.queue_calls`).
+
+The worker's hot path pays nothing for this: a driver sends `ScriptCore.first` itself and hands
+the steps only the error it got, if any.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Self
 from weakref import WeakKeyDictionary
 
 import redis
+import redis.asyncio
 from redis.exceptions import NoScriptError, ResponseError
 
-from layers.plumbing.drive import drive, perform
+from layers.plumbing.drive import Send, Steps, adrive, aperform, drive, perform
 from layers.plumbing.lua_sources import (
     LIBRARY_SCRIPTS,
     LUA_ROOMS,
@@ -34,15 +45,16 @@ from layers.plumbing.lua_sources import (
     refuses_load,
     script_source,
 )
-from layers.plumbing.script_core import ScriptCore
-from layers.plumbing.slot_moves import follow_ask_to_new_masters
+from layers.plumbing.slot_moves import follow_ask_to_new_masters, riding_out
 
 __all__ = [
     "LIBRARY_SCRIPTS",
     "LUA_ROOMS",
     "READ_ONLY_SCRIPTS",
     "Assembled",
+    "AsyncScripts",
     "Library",
+    "ScriptCore",
     "Scripts",
     "assembled",
     "includes",
@@ -57,25 +69,122 @@ __all__ = [
 ]
 
 
-class Scripts:
-    """The scripts of one blocking client, by name: ``scripts("complete", keys, args)``.
+class ScriptCore:
+    """The script runs of one client (no I/O: the flavours drive its steps)."""
 
-    `Scripts.of(client)` gives every layer using a client the same instance, so what its runs
-    learn (`ScriptCore`) is learnt once per client.
-    """
+    def __init__(self, *, cluster: bool) -> None:
+        self.cluster = cluster
+        #: The library (`LIBRARY_SCRIPTS`) runs as functions: not on Redis Cluster (redis-py would
+        #: ask the server for an FCALL's keys before every call), nor once the server said it has none.
+        self.functions = not cluster
+        self.as_scripts: set[str] = set()  # read-only ones run as scripts: the server refused the library
+        self._shas: dict[str, str] = {}
 
-    _by_client: WeakKeyDictionary[redis.Redis, Scripts] = WeakKeyDictionary()
+    def sha(self, name: str) -> str:
+        """The SHA1 of script ``name`` as sent (`script_source`)."""
+        sha = self._shas.get(name)
+        if sha is None:
+            sha = self._shas[name] = hashlib.sha1(script_source(name).encode()).hexdigest()
+        return sha
 
-    def __init__(self, client: redis.Redis) -> None:
+    def _as_function(self, name: str) -> bool:
+        return self.functions and name in LIBRARY_SCRIPTS and name not in self.as_scripts
+
+    def first(self, name: str, keys: list[str], args: list[Any]) -> Send | None:
+        """The one command that runs ``name`` when all goes well; None on Redis Cluster, where each
+        run is `steps` from the start."""
+        if self.cluster:
+            return None
+        if self._as_function(name):
+            return Send("fcall", (library().function(name), len(keys), *keys, *args))
+        return Send("evalsha", (self.sha(name), len(keys), *keys, *args))
+
+    def steps(self, name: str, keys: list[str], args: list[Any], failed: Exception | None = None) -> Steps[Any]:
+        """Run script ``name``; ``failed`` is the error `first`, sent by the driver, got."""
+        if self._as_function(name):
+            return (yield from self._fcall(name, keys, args, failed))
+        try:
+            if not self.cluster:
+                return (yield from self._script(name, keys, args, failed))
+            return (yield from riding_out(lambda: self._script(name, keys, args), name))
+        except NoScriptError:
+            raise
+        except ResponseError as exc:
+            raise located(name, exc) from None
+
+    def _script(self, name: str, keys: list[str], args: list[Any], failed: Exception | None = None) -> Steps[Any]:
+        """EVALSHA; where the server has not loaded the script (restarted, SCRIPT FLUSH), SCRIPT LOAD
+        and EVALSHA again, or on Redis Cluster EVAL, which loads it on the node that runs it (a new
+        master, the target of an ASK: not necessarily one the client knows)."""
+        call = (self.sha(name), len(keys), *keys, *args)
+        try:
+            return (yield from _sent(Send("evalsha", call), failed))
+        except NoScriptError:
+            if self.cluster:
+                return (yield Send("eval", (script_source(name), *call[1:])))
+            yield Send("script_load", (script_source(name),))
+            return (yield Send("evalsha", call))
+
+    def _fcall(self, name: str, keys: list[str], args: list[Any], failed: Exception | None) -> Steps[Any]:
+        """FCALL; the library loaded where the server lacks it, or the script run instead where the
+        server has no functions or refuses the library (`lacks_functions`, `refuses_load`)."""
+        call = (library().function(name), len(keys), *keys, *args)
+        for attempt in (1, 2):
+            try:
+                if attempt == 1:
+                    return (yield from _sent(Send("fcall", call), failed))
+                if not (yield from self._load(name)):  # refused: `name` runs as a script
+                    return (yield from self.steps(name, keys, args))
+                return (yield Send("fcall", call))
+            except ResponseError as exc:
+                if lacks_functions(exc):
+                    self.functions = False
+                    return (yield from self.steps(name, keys, args))
+                if attempt == 2 or not is_missing_function(exc):
+                    raise located(name, exc) from None
+        raise AssertionError("unreachable")
+
+    def _load(self, name: str) -> Steps[bool]:
+        """FUNCTION LOAD the library; False where the server refused and script ``name`` can run
+        instead (it is then run as a script from now on)."""
+        try:
+            yield Send("function_load", (library().source.text,))
+        except ResponseError as exc:
+            if "already exists" in str(exc):
+                return True
+            if not refuses_load(name, exc):
+                raise
+            self.as_scripts.add(name)
+            return False
+        return True
+
+
+def _sent(command: Send, failed: Exception | None) -> Steps[Any]:
+    """``command``'s reply; or, where the driver sent it already, the error it got."""
+    if failed is not None:
+        raise failed
+    return (yield command)
+
+
+class _ClientScripts:
+    """What both flavours' runners share: one per client (`of`, so what its runs learn, `ScriptCore`,
+    is learnt once per client), and ASK followed to a new master on Redis Cluster."""
+
+    _by_client: WeakKeyDictionary[Any, Any]
+    _cluster: type  # the flavour's cluster client
+
+    def __init_subclass__(cls) -> None:
+        cls._by_client = WeakKeyDictionary()
+
+    def __init__(self, client: Any) -> None:
         self._client = client
-        self.core = ScriptCore(cluster=isinstance(client, redis.RedisCluster))
-        self._loaded: set[str] = set()  # loaded by `queue_calls` (the server may have lost them since)
+        self.core = ScriptCore(cluster=isinstance(client, self._cluster))
         if self.core.cluster:
             follow_ask_to_new_masters(client)
 
     @classmethod
-    def of(cls, client: redis.Redis) -> Scripts:
-        found = cls._by_client.get(client)
+    def of(cls, client: Any) -> Self:
+        found: Self | None = cls._by_client.get(client)
         if found is None:
             found = cls._by_client[client] = cls(client)
         return found
@@ -84,6 +193,17 @@ class Scripts:
     def functions(self) -> bool:
         """The worker's library runs as functions on this client (`ScriptCore.functions`)."""
         return self.core.functions
+
+
+class Scripts(_ClientScripts):
+    """The scripts of one blocking client, by name: ``scripts("complete", keys, args)``
+    (`Scripts.of(client)`: the same instance for every layer using the client)."""
+
+    _cluster = redis.RedisCluster
+
+    def __init__(self, client: redis.Redis) -> None:
+        super().__init__(client)
+        self._loaded: set[str] = set()  # loaded by `queue_calls` (the server may have lost them since)
 
     def sha(self, name: str) -> str:
         """The SHA1 of a script, for a caller that sends ``EVALSHA`` itself (and runs the call again
@@ -144,3 +264,22 @@ class Scripts:
             return out
 
         return len(calls), finish
+
+
+class AsyncScripts(_ClientScripts):
+    """The scripts of one asyncio client, by name: ``await scripts("complete", keys, args)``."""
+
+    _cluster = redis.asyncio.RedisCluster
+
+    async def __call__(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        first = self.core.first(name, keys, args)
+        failed: Exception | None = None
+        if first is not None:
+            try:
+                return await getattr(self._client, first.method)(*first.args)
+            except Exception as exc:  # the core's steps take it from here
+                failed = exc
+        return await adrive(self.core.steps(name, keys, args, failed), self._perform)
+
+    async def _perform(self, step: Any) -> Any:
+        return await aperform(self._client, step)

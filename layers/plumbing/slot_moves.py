@@ -33,7 +33,7 @@ So: `follow_ask_to_new_masters` lets a client of either flavour follow ASK to a 
 met; `riding_out` sends a call refused because its slot is moving again, with exponential backoff
 and jitter (`RideOut`), for up to `BUDGET_S`, then raises `SlotMoving`. It is steps
 (`layers.plumbing.drive`), so the blocking and the asyncio flavours ride out alike: every script on
-Redis Cluster (`layers.plumbing.script_core`), every MULTI/EXEC (`run_transaction`,
+Redis Cluster (`layers.plumbing.scripts`), every MULTI/EXEC (`run_transaction`,
 `layers.plumbing.steps`), and any call through `ride_out` / `ride_out_async`. Each call sent again is counted in
 ``partarchive_slot_move_retries_total{call}`` (created on the first, so importing registers nothing).
 """

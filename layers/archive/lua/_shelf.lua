@@ -1,4 +1,4 @@
--- The shelf layout of codec/shelf.py on the server: shelf_put.lua writes shelves, lookup.lua cuts
+-- The shelf layout of codec/framing.py on the server: shelf_put.lua writes shelves, lookup.lua cuts
 -- one slot out of one. Included by the scripts that name this file in their '-- include:' line
 -- (layers/plumbing/scripts.py); not a script of its own. A test holds the three to the same bytes.
 --   magic '\167S', version 1, slot count N (a byte each), N little-endian u32 slot ends, the data
@@ -18,7 +18,7 @@ local function shelf_struct()
 end
 
 -- the slot count of a shelf that starts with `head` (its first 4 bytes or more), or nil and why
--- not (the words of codec/shelf.py)
+-- not (the words of codec/framing.py)
 local function shelf_count(head)
   local m1, m2, version, count = string.byte(head, 1, 4)
   if not count then
@@ -74,7 +74,7 @@ end
 -- where slot `slot` (0-based) lies in the data of a shelf of `size` bytes whose head (header and
 -- slot table) starts `head`, which holds at least the table's ends up to this slot's: start and
 -- stop (start == stop: an empty slot), or nil and why not. Reads the two ends the slot needs, as
--- codec/shelf.py's shelf_slot does: damage elsewhere in the table is found by the reader of the
+-- codec/framing.py's shelf_slot does: damage elsewhere in the table is found by the reader of the
 -- slot it describes (and refused by shelf_put.lua, which checks every end).
 local function shelf_bounds(head, count, size, slot)
   local data = 4 + 4 * count

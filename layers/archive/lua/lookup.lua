@@ -6,7 +6,7 @@
 -- KEYS[9] shelf string    KEYS[10] the batch's own key (versions before shelves)
 -- ARGV[1] pid   ARGV[2] batch number   ARGV[3] slot in the shelf
 -- Returns {active, indexed, simple, staged, done, newest, retention, generation, slot, legacy,
--- shelf problem, batch size}: the slot as the shelf holds it (codec/shelf.py) or false, '' or
+-- shelf problem, batch size}: the slot as the shelf holds it (codec/framing.py) or false, '' or
 -- why the shelf's table cannot be read, and the stored batch size (the caller computed ARGV[2]
 -- from the one it knew: if they differ it asks again).
 -- include: _shelf.lua

@@ -1,4 +1,4 @@
--- Write slots of a shelf (format in codec/shelf.py): each slot is replaced only if it still
+-- Write slots of a shelf (format in codec/framing.py): each slot is replaced only if it still
 -- holds the blob the caller read, and the shelf is rewritten once for all of them.
 -- KEYS[1] shelf string
 -- ARGV[1] slot count of a shelf created here
