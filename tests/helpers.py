@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import redis
+import redis.asyncio
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -25,6 +27,28 @@ from stats.commit_rollups import committer as archive_committer
 
 if TYPE_CHECKING:
     import httpx
+
+
+def commands_sent(monkeypatch: Any) -> list[str]:
+    """The names of the commands every connection of this process sends from now on, blocking or
+    asyncio, through a client's pool or on connections kept apart (the asyncio `ReadLane`)."""
+    sent: list[str] = []
+
+    def counting(original: Callable[..., Any]) -> Callable[..., Any]:
+        def send_packed_command(conn: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
+            packed = command if isinstance(command, bytes) else b"".join(command)
+            sent.extend(name.decode().upper() for name in _COMMAND_NAME.findall(packed))
+            return original(conn, command, *args, **kwargs)
+
+        return send_packed_command
+
+    for cls in (redis.connection.AbstractConnection, redis.asyncio.connection.AbstractConnection):
+        monkeypatch.setattr(cls, "send_packed_command", counting(cls.send_packed_command))
+    return sent
+
+
+#: The name of each command in a packed buffer (RESP arrays of bulk strings, as redis-py packs them).
+_COMMAND_NAME = re.compile(rb"(?:^|\r\n)\*\d+\r\n\$\d+\r\n([A-Za-z_]+)\r\n")
 
 
 def complete_partitions(client: redis.Redis, namespace: str, count: int, worker: str = "w") -> list[int]:

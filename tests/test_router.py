@@ -13,9 +13,11 @@ from archiver import ArchiverDaemon, Config, QueryRouter, Source
 from archiver.daemon.loop import drain
 from codec import ValidationError
 from layers import ActiveLayer, KeySchema
+from layers.plumbing import scripts
 from layers.plumbing.replies import as_text
 from layers.plumbing.scripts import library
 from tests.flavours import Flavour
+from tests.helpers import commands_sent
 
 
 @pytest.fixture
@@ -81,15 +83,7 @@ def test_a_lookup_is_one_round_trip_before_any_batch_size_is_stored(
     router = flavour.router(real_redis, namespace)
     assert router.get(2).source is Source.ACTIVE
     assert not real_redis.hexists(KeySchema(namespace).archive_meta, "batch_size")
-    sent: list[str] = []
-    client = flavour.async_client(real_redis) if flavour.is_async else real_redis
-    send = client.execute_command
-
-    def counted(*args: object, **options: object) -> object:
-        sent.append(str(args[0]))
-        return send(*args, **options)  # the coroutine, for the asyncio client to await
-
-    monkeypatch.setattr(client, "execute_command", counted)
+    sent = commands_sent(monkeypatch)
     for pid in (1, 2, 3):
         assert router.get(pid).source is Source.ACTIVE
     assert sent == ["FCALL"] * 3  # the lookup, a function of the library (`layers.plumbing.scripts`)
@@ -101,6 +95,7 @@ def test_a_server_that_refuses_the_library_answers_lookups_from_the_script(
     """A replica, a server past its maxmemory or an ACL may refuse FUNCTION LOAD: the lookup, which
     writes nothing, then runs as its script there (once found, without asking again); the library
     registers it ``no-writes``, so where the library is loaded it runs wherever the script would."""
+    monkeypatch.setattr(scripts, "LANE_CONNECTIONS", 0)  # the client's own way, whose replies are refused here
     active = ActiveLayer(real_redis, namespace)
     active.create_partitions(1, 3000, 1000)
     router = flavour.router(real_redis, namespace)

@@ -13,11 +13,14 @@ drives those steps blocking, `AsyncScripts` awaits them: the two differ in nothi
 on a blocking client: several scripts in one round trip (`Scripts.run_many`, `Scripts.queue_calls`).
 
 The worker's hot path pays nothing for this: a driver sends `ScriptCore.first` itself and hands
-the steps only the error it got, if any.
+the steps only the error it got, if any. On asyncio, a read-only script's first command goes on a
+`ReadLane`, connections kept for it (the router's lookup, the API's hot request).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any, Self
@@ -54,6 +57,7 @@ __all__ = [
     "Assembled",
     "AsyncScripts",
     "Library",
+    "ReadLane",
     "ScriptCore",
     "Scripts",
     "assembled",
@@ -267,15 +271,24 @@ class Scripts(_ClientScripts):
 
 
 class AsyncScripts(_ClientScripts):
-    """The scripts of one asyncio client, by name: ``await scripts("complete", keys, args)``."""
+    """The scripts of one asyncio client, by name: ``await scripts("complete", keys, args)``. A
+    read-only script (`READ_ONLY_SCRIPTS`: the router's lookup) is first sent on the client's
+    `ReadLane`."""
 
     _cluster = redis.asyncio.RedisCluster
+
+    def __init__(self, client: Any) -> None:
+        super().__init__(client)
+        pool = getattr(client, "connection_pool", None)
+        self.lane = None if self.core.cluster or pool is None else ReadLane(client, pool)
 
     async def __call__(self, name: str, keys: list[str], args: list[Any]) -> Any:
         first = self.core.first(name, keys, args)
         failed: Exception | None = None
         if first is not None:
             try:
+                if self.lane is not None and name in READ_ONLY_SCRIPTS:
+                    return await self.lane.send(first)
                 return await getattr(self._client, first.method)(*first.args)
             except Exception as exc:  # the core's steps take it from here
                 failed = exc
@@ -283,3 +296,77 @@ class AsyncScripts(_ClientScripts):
 
     async def _perform(self, step: Any) -> Any:
         return await aperform(self._client, step)
+
+
+#: A call on a lane that failed short of a reply: sent again the client's usual way.
+_CUT_SHORT = (redis.ConnectionError, redis.TimeoutError, TimeoutError, OSError)
+
+#: Connections a `ReadLane` keeps at most, and never more than a quarter of its pool's bound
+#: (redis-py's default: 100): the rest of the pool stays for everything else, such as a burst of
+#: lookups that each read the worker registry again.
+LANE_CONNECTIONS = 16
+
+
+class ReadLane:
+    """A read-only script's command sent on connections of the client's pool kept for it, under one
+    deadline a call.
+
+    A command through ``redis.asyncio.Redis`` costs its client as much as the rest of an HTTP lookup:
+    a connection taken from the pool and given back (a lock, observability records), a retry
+    wrapper, and, with a socket timeout, a task for each write (``asyncio.wait_for``) and a timer for
+    each read. Here a connection is taken from a free list, the command written and its reply read
+    under one ``asyncio.timeout`` of the pool's socket timeout, and the connection put back.
+
+    What this gives up is safe only for reads: a command that fails on a lane connection (refused,
+    reset, timed out) is sent again the client's usual way, with its retries, health checks and, on
+    a Sentinel client, a new master; redis-py closes the connection whatever interrupts a command
+    (timeout, cancellation), so no late reply is read as the next one's, and the connection opens
+    again on its next use. A reply that is an error (a function the server lacks) is raised as the
+    client raises it, the connection kept. The connections stay taken from the pool, which closes
+    them with its own (``aclose``); while all are busy, commands go the usual way."""
+
+    def __init__(self, client: Any, pool: Any) -> None:
+        self._client = client
+        self._pool = pool
+        self._idle: list[Any] = []
+        self._taken = 0
+        bound = getattr(pool, "max_connections", None) or 4 * LANE_CONNECTIONS
+        self._limit = min(LANE_CONNECTIONS, bound // 4)
+        self._deadline: float | None = None
+
+    @property
+    def kept(self) -> int:
+        """How many connections the lane has taken from the pool."""
+        return self._taken
+
+    async def send(self, command: Send) -> Any:
+        """``command``'s reply (an FCALL or EVALSHA: `ScriptCore.first`)."""
+        conn = self._idle.pop() if self._idle else None
+        if conn is None and self._taken < self._limit:
+            with contextlib.suppress(*_CUT_SHORT):  # not reached: the usual way retries and says why
+                conn = await self._take()
+        if conn is None:
+            return await self._usual(command)
+        try:
+            async with asyncio.timeout(self._deadline):
+                await conn.send_packed_command(conn.pack_command(command.method.upper(), *command.args), False)
+                return await conn.read_response()
+        except _CUT_SHORT:
+            pass  # closed by redis-py, which connects it again when next used: sent again the usual way
+        finally:
+            self._idle.append(conn)
+        return await self._usual(command)
+
+    async def _usual(self, command: Send) -> Any:
+        return await getattr(self._client, command.method)(*command.args)
+
+    async def _take(self) -> Any:
+        self._taken += 1  # before the wait: lookups at once count each other's
+        try:
+            conn = await self._pool.get_connection()
+        except BaseException:
+            self._taken -= 1
+            raise
+        self._deadline = conn.socket_timeout
+        conn.socket_timeout = None  # the call's deadline is `send`'s
+        return conn
