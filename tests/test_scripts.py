@@ -4,12 +4,15 @@ names (those it uses, no more), and an error Redis raises names the line of the 
 from __future__ import annotations
 
 import asyncio
+import gc
 import re
+import weakref
 from importlib import resources
 from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 from redis.exceptions import ResponseError
 
 from archiver.engine import async_twin
@@ -99,6 +102,17 @@ def test_an_error_in_a_script_names_its_own_file_and_line(
         else:
             asyncio.run(_run_async(async_twin(real_redis), "shelf_put", keys, args))
     assert "user_script" not in str(caught.value)
+
+
+def test_a_runner_goes_with_its_client() -> None:
+    """`of` keeps one runner a client, and no client alive for its runner's sake."""
+    clients = [redis.Redis(), redis.asyncio.Redis()]
+    runners = [Scripts.of(clients[0]), AsyncScripts.of(clients[1])]
+    assert Scripts.of(clients[0]) is runners[0] and AsyncScripts.of(clients[1]) is runners[1]
+    gone = [weakref.ref(client) for client in clients]
+    del clients, runners
+    gc.collect()
+    assert [ref() for ref in gone] == [None, None]
 
 
 async def _run_async(client: Any, name: str, keys: list[str], args: list[Any]) -> Any:

@@ -248,7 +248,8 @@ def run_script(flavour: str, client: FakeCluster, name: str, keys: list[str], ar
     """Script ``name`` run by `Scripts` on ``client``, or by `AsyncScripts` on its asyncio twin."""
     if flavour == "blocking":
         return Scripts(client)(name, keys, args)
-    return asyncio.run(AsyncScripts(FakeAsyncCluster(client))(name, keys, args))
+    twin = FakeAsyncCluster(client)  # held: a runner refers to its client weakly
+    return asyncio.run(AsyncScripts(twin)(name, keys, args))
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Self
 from weakref import WeakKeyDictionary
@@ -172,7 +173,8 @@ def _sent(command: Send, failed: Exception | None) -> Steps[Any]:
 
 class _ClientScripts:
     """What both flavours' runners share: one per client (`of`, so what its runs learn, `ScriptCore`,
-    is learnt once per client), and ASK followed to a new master on Redis Cluster."""
+    is learnt once per client), and ASK followed to a new master on Redis Cluster. A runner refers
+    to its client weakly: kept by `of` for as long as the client lives, and no longer."""
 
     _by_client: WeakKeyDictionary[Any, Any]
     _cluster: type  # the flavour's cluster client
@@ -181,7 +183,7 @@ class _ClientScripts:
         cls._by_client = WeakKeyDictionary()
 
     def __init__(self, client: Any) -> None:
-        self._client = client
+        self._client_ref = weakref.ref(client)
         self.core = ScriptCore(cluster=isinstance(client, self._cluster))
         if self.core.cluster:
             follow_ask_to_new_masters(client)
@@ -192,6 +194,10 @@ class _ClientScripts:
         if found is None:
             found = cls._by_client[client] = cls(client)
         return found
+
+    @property
+    def _client(self) -> Any:
+        return self._client_ref()  # alive: whoever runs a script holds its client
 
     @property
     def functions(self) -> bool:
@@ -326,7 +332,7 @@ class ReadLane:
     them with its own (``aclose``); while all are busy, commands go the usual way."""
 
     def __init__(self, client: Any, pool: Any) -> None:
-        self._client = client
+        self._client_ref = weakref.ref(client)  # as its runner's
         self._pool = pool
         self._idle: list[Any] = []
         self._taken = 0
@@ -358,7 +364,7 @@ class ReadLane:
         return await self._usual(command)
 
     async def _usual(self, command: Send) -> Any:
-        return await getattr(self._client, command.method)(*command.args)
+        return await getattr(self._client_ref(), command.method)(*command.args)
 
     async def _take(self) -> Any:
         self._taken += 1  # before the wait: lookups at once count each other's
