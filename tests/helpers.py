@@ -203,27 +203,55 @@ def scraped(client: redis.Redis, keys: KeySchema) -> dict[str, float]:
 
 
 class RouterWatch:
-    """Asks the router about every partition, over and over, and notes any it cannot answer for."""
+    """Asks the router about every partition, over and over, and notes any it cannot answer for;
+    with ``awaited``, the asyncio router on the client's asyncio twin (its lookups on a `ReadLane`)."""
 
-    def __init__(self, client: redis.Redis, namespace: str, pids: range) -> None:
+    def __init__(self, client: redis.Redis, namespace: str, pids: range, *, awaited: bool = False) -> None:
         from archiver.router import QueryRouter
 
+        self.client = client
+        self.namespace = namespace
         self.router = QueryRouter(client, namespace)
         self.pids = pids
         self.lost: list[tuple[int, str]] = []
         self.passes = 0
+        self.lane_kept = 0  # connections the asyncio router's lane had taken when it stopped
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._watch)
+        self.thread = threading.Thread(target=self._watch_awaited if awaited else self._watch)
 
     def _watch(self) -> None:
-        from archiver.router import Source
-
         while not self.stop.is_set():
             for pid in self.pids:
-                answer = self.router.get(pid)
-                if not answer.found or (answer.degraded and answer.source is not Source.QUEUE):
-                    self.lost.append((pid, answer.source.value))
+                self._note(pid, self.router.get(pid))
             self.passes += 1
+
+    def _watch_awaited(self) -> None:
+        import asyncio
+
+        from archiver import AsyncQueryRouter
+        from archiver.engine import async_twin
+        from layers.plumbing.scripts import AsyncScripts
+
+        async def watch() -> None:
+            twin = async_twin(self.client)
+            router = AsyncQueryRouter(twin, self.namespace)
+            try:
+                while not self.stop.is_set():
+                    for pid in self.pids:
+                        self._note(pid, await router.get(pid))
+                    self.passes += 1
+            finally:
+                lane = AsyncScripts.of(twin).lane
+                self.lane_kept = 0 if lane is None else lane.kept
+                await twin.aclose()
+
+        asyncio.run(watch())
+
+    def _note(self, pid: int, answer: Any) -> None:
+        from archiver.router import Source
+
+        if not answer.found or (answer.degraded and answer.source is not Source.QUEUE):
+            self.lost.append((pid, answer.source.value))
 
     def __enter__(self) -> RouterWatch:
         self.thread.start()

@@ -325,7 +325,7 @@ def test_a_primary_failover_loses_nothing_and_counts_once(namespace: str, flavou
 
         thread = threading.Thread(target=work)
         archive = ArchiveLayer(client, sdk.keys)
-        watch = RouterWatch(setup.client(), namespace, range(1, total + 1))
+        watch = RouterWatch(setup.client(), namespace, range(1, total + 1), awaited=flavour == "asyncio")
         try:
             with watch:
                 thread.start()
@@ -353,6 +353,7 @@ def test_a_primary_failover_loses_nothing_and_counts_once(namespace: str, flavou
                     raise AssertionError(f"{exc}: {state}; archiver log: {stop_process(archiver)[-3000:]}") from None
                 wait_for(lambda: watch.passes >= passes + 2, 60, "the router asked about every partition again")
             assert watch.lost == []  # the router answered for every partition throughout
+            assert watch.lane_kept == (1 if flavour == "asyncio" else 0)  # the asyncio one on its lane
             scraped = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
             assert f'namespace="{namespace}"' in scraped
             _no_secret(scraped)
