@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import hashlib
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Self
 from weakref import WeakKeyDictionary
 
@@ -286,7 +286,7 @@ class AsyncScripts(_ClientScripts):
     def __init__(self, client: Any) -> None:
         super().__init__(client)
         pool = getattr(client, "connection_pool", None)
-        self.lane = None if self.core.cluster or pool is None else ReadLane(client, pool)
+        self.lane = None if self.core.cluster or pool is None else ReadLane(pool, self._send)
 
     async def __call__(self, name: str, keys: list[str], args: list[Any]) -> Any:
         first = self.core.first(name, keys, args)
@@ -295,10 +295,14 @@ class AsyncScripts(_ClientScripts):
             try:
                 if self.lane is not None and name in READ_ONLY_SCRIPTS:
                     return await self.lane.send(first)
-                return await getattr(self._client, first.method)(*first.args)
+                return await self._send(first)
             except Exception as exc:  # the core's steps take it from here
                 failed = exc
         return await adrive(self.core.steps(name, keys, args, failed), self._perform)
+
+    async def _send(self, command: Send) -> Any:
+        """``command`` sent the client's usual way."""
+        return await getattr(self._client, command.method)(*command.args)
 
     async def _perform(self, step: Any) -> Any:
         return await aperform(self._client, step)
@@ -331,9 +335,9 @@ class ReadLane:
     client raises it, the connection kept. The connections stay taken from the pool, which closes
     them with its own (``aclose``); while all are busy, commands go the usual way."""
 
-    def __init__(self, client: Any, pool: Any) -> None:
-        self._client_ref = weakref.ref(client)  # as its runner's
+    def __init__(self, pool: Any, usual: Callable[[Send], Awaitable[Any]]) -> None:
         self._pool = pool
+        self._usual = usual  # the command sent the client's usual way
         self._idle: list[Any] = []
         self._taken = 0
         bound = getattr(pool, "max_connections", None) or 4 * LANE_CONNECTIONS
@@ -362,9 +366,6 @@ class ReadLane:
         finally:
             self._idle.append(conn)
         return await self._usual(command)
-
-    async def _usual(self, command: Send) -> Any:
-        return await getattr(self._client_ref(), command.method)(*command.args)
 
     async def _take(self) -> Any:
         self._taken += 1  # before the wait: lookups at once count each other's
