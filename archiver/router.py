@@ -28,8 +28,8 @@ from archiver.metrics import DECODES, ROUTER_ANSWERS, ROUTER_SECONDS
 from codec import ArchivedPartition, DecodeError, PartitionInfo
 from codec.elk import ElkRecord, decode_active, parse_archived
 from codec.framing import SHELF_SLOTS, unshelved
+from codec.validate import check_partition_id
 from layers import ArchiveLayer, KeySchema, TierPolicy
-from layers.active.sdk import check_partition_id
 from layers.archive.shelves import StoredBatch, add_shelf_reads
 from layers.archive.workers import WorkerNumbers
 from layers.keys import is_cluster_client

@@ -29,6 +29,11 @@ def check_int(name: str, value: Any, lo: int, hi: int) -> int:
     return value
 
 
+def check_partition_id(pid: Any) -> int:
+    """A partition id as the Redis layers address it (1 .. `MAX_PARTITION_ID`)."""
+    return check_int("partition_id", pid, 1, MAX_PARTITION_ID)
+
+
 def check_seconds(name: str, value: Any) -> float:
     """A positive, finite number of seconds (an int or a float; not a bool, a string or NaN)."""
     if isinstance(value, bool) or not isinstance(value, int | float):

@@ -12,7 +12,7 @@ from archiver.cli.target import open_namespace
 from archiver.config import Config
 from archiver.output import print_json
 from archiver.router import QueryRouter
-from layers.active.sdk import check_partition_id
+from codec.validate import check_partition_id
 
 
 def _human(key: str, value: Any) -> Any:

@@ -42,12 +42,13 @@ from codec.validate import (
     MAX_PARTITION_ID,
     MIN_INT64,
     check_int,
+    check_partition_id,
     check_seconds,
     check_text,
     check_worker_id,
 )
 from layers.active.latencies import LatencyBuffer, latency_argument, sdk_complete_seconds
-from layers.active.reads import ActiveReads, check_partition_id, typed
+from layers.active.reads import ActiveReads, typed
 from layers.errors import (
     InvalidTransition,
     NotOwner,

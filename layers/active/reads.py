@@ -9,7 +9,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from codec import ACTIVE_STATUSES, DecodeError, PartitionInfo, ValidationError
 from codec.elk import parse_active
-from codec.validate import MAX_PARTITION_ID, check_int
+from codec.validate import check_int, check_partition_id
 from layers.keys import KeySchema
 from layers.plumbing.meta import typed_steps
 from layers.plumbing.steps import Batch, Steps, one
@@ -46,10 +46,6 @@ COUNTED = ("pending", "claimed", "running", "failed")
 def counts_from(replies: Sequence[Any]) -> dict[str, int]:
     """The counts per status from the replies to `queue_counts` (first in ``replies``)."""
     return {status: int(reply) for status, reply in zip(COUNTED, replies, strict=False)}
-
-
-def check_partition_id(pid: Any) -> int:
-    return check_int("partition_id", pid, 1, MAX_PARTITION_ID)
 
 
 class ActiveReads:

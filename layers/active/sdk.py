@@ -9,10 +9,10 @@ from collections.abc import Callable, Iterator
 import redis
 
 from codec import PartitionInfo
+from codec.validate import check_partition_id
 from layers.active.clock import ServerClock
 from layers.active.core import MAX_PARTITIONS_PER_CALL, RECORD_FORMATS, Completion
 from layers.active.operations import ActiveOperations
-from layers.active.reads import check_partition_id
 from layers.keys import KeySchema
 from layers.plumbing.steps import Blocking, SyncIO
 
