@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
@@ -92,6 +93,11 @@ class ScriptCore:
             sha = self._shas[name] = hashlib.sha1(script_source(name).encode()).hexdigest()
         return sha
 
+    @functools.cached_property
+    def _function_names(self) -> dict[str, str]:
+        """The library's function of each of its scripts, looked up once per client."""
+        return library().functions
+
     def _as_function(self, name: str) -> bool:
         return self.functions and name in LIBRARY_SCRIPTS and name not in self.as_scripts
 
@@ -101,7 +107,7 @@ class ScriptCore:
         if self.cluster:
             return None
         if self._as_function(name):
-            return Send("fcall", (library().function(name), len(keys), *keys, *args))
+            return Send("fcall", (self._function_names[name], len(keys), *keys, *args))
         return Send("evalsha", (self.sha(name), len(keys), *keys, *args))
 
     def steps(self, name: str, keys: list[str], args: list[Any], failed: Exception | None = None) -> Steps[Any]:
@@ -133,7 +139,7 @@ class ScriptCore:
     def _fcall(self, name: str, keys: list[str], args: list[Any], failed: Exception | None) -> Steps[Any]:
         """FCALL; the library loaded where the server lacks it, or the script run instead where the
         server has no functions or refuses the library (`lacks_functions`, `refuses_load`)."""
-        call = (library().function(name), len(keys), *keys, *args)
+        call = (self._function_names[name], len(keys), *keys, *args)
         for attempt in (1, 2):
             try:
                 if attempt == 1:
