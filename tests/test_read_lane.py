@@ -190,3 +190,25 @@ def test_closing_the_client_closes_the_lane(
 
     assert asyncio.run(main()) >= 1
     wait_for(lambda: not _connections(real_redis, client_name), 10, "the server to see the lane's connections closed")
+
+
+@pytest.mark.parametrize("made_by", ["async_connect", "async_twin"])
+def test_lookups_beyond_the_pools_connections_wait_for_one(
+    real_redis: redis.Redis, namespace: str, created: list[int], engine_url: str, made_by: str
+) -> None:
+    """The API's clients (`archiver.engine`) wait for a connection of their pool, bounded as redis-py
+    bounds it, rather than fail as if Redis were down; here 4 connections for 40 lookups at once."""
+    from archiver.engine import async_connect, async_twin
+
+    async def main() -> list[int]:
+        client = async_connect(engine_url) if made_by == "async_connect" else async_twin(real_redis)
+        assert isinstance(client, redis.asyncio.Redis)
+        client.connection_pool.max_connections = 4
+        try:
+            router = AsyncQueryRouter(client, namespace)
+            answers = await asyncio.gather(*(router.get(pid) for pid in created))
+            return [answer.partition.partition_id for answer in answers if answer.partition]
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(main()) == created

@@ -96,6 +96,14 @@ def connect(url: str, *, cluster: bool = False, password: str | None = None) -> 
     return client
 
 
+#: The connections of an asyncio client's pool (redis-py's bound for a pool that does not wait) ...
+POOL_CONNECTIONS = 100
+#: ... and how long a command waits for one when every one is in use: the HTTP API's lookups beyond
+#: that many at once wait their turn rather than fail as if Redis were down.
+POOL_WAIT_S = 5.0
+_WAITING: dict[str, Any] = {"max_connections": POOL_CONNECTIONS, "timeout": POOL_WAIT_S}
+
+
 def async_connect(url: str, *, cluster: bool = False, password: str | None = None) -> AsyncClient:
     """The asyncio client `connect` gives for ``url``, with the same settings; it connects on first
     use, in the event loop that uses it (so nothing is sent here)."""
@@ -109,9 +117,10 @@ def async_connect(url: str, *, cluster: bool = False, password: str | None = Non
             return cluster_client
         packed = _PACKED.get(urlsplit(url).scheme.lower())
         options: dict[str, Any] = {} if packed is None else {"connection_class": packed}
-        return redis.asyncio.Redis.from_url(
-            url, socket_connect_timeout=5, health_check_interval=30, password=password, **options
+        pool = redis.asyncio.BlockingConnectionPool.from_url(
+            url, socket_connect_timeout=5, health_check_interval=30, password=password, **_WAITING, **options
         )
+        return redis.asyncio.Redis.from_pool(pool)
     except ValueError as exc:
         raise EngineError(f"invalid Redis URL {redact_url(url)!r}: {_redacted(str(exc), url, password)}") from None
 
@@ -164,8 +173,8 @@ def async_twin(client: redis.Redis) -> AsyncClient:
     if connection_class is None:
         raise ValueError(f"no asyncio twin for a client with {pool.connection_class.__name__} connections")
     kwargs = _accepted(connection_class, pool.connection_kwargs)
-    twin_pool = redis.asyncio.ConnectionPool(connection_class=connection_class, **kwargs)
-    return redis.asyncio.Redis(connection_pool=twin_pool)
+    twin_pool = redis.asyncio.BlockingConnectionPool(connection_class=connection_class, **_WAITING, **kwargs)
+    return redis.asyncio.Redis.from_pool(twin_pool)
 
 
 def _sentinel_twin(pool: SentinelConnectionPool) -> AsyncClient:
