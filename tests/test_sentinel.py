@@ -18,7 +18,9 @@ from typing import Any
 import httpx
 import pytest
 import redis
+import redis.asyncio
 
+from archiver import AsyncQueryRouter
 from archiver.cli.main import main
 from archiver.config import Config, parse_addresses
 from archiver.daemon.loop import ArchiverDaemon, drain
@@ -194,6 +196,28 @@ def test_every_reading_command_and_serve_through_the_sentinels(
         err = stop_process(server)
     assert "Traceback" not in err
     _no_secret(err)
+
+
+@pytest.mark.sentinel
+def test_lookups_beyond_the_pools_connections_wait_through_the_sentinels(
+    sentinel_redis: redis.Redis, namespace: str
+) -> None:
+    """As `tests.test_read_lane`'s: the API's client of a Sentinel master waits for a connection of
+    its pool (4 here, for 40 lookups at once) instead of failing."""
+    created = list(ActiveLayer(sentinel_redis, namespace).create_partitions(1, 40_000, 1000))
+
+    async def main() -> list[int]:
+        client = async_twin(sentinel_redis)
+        assert isinstance(client, redis.asyncio.Redis)
+        client.connection_pool.max_connections = 4
+        router = AsyncQueryRouter(client, namespace)
+        try:
+            answers = await asyncio.gather(*(router.get(pid) for pid in created))
+            return [answer.partition.partition_id for answer in answers if answer.partition]
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(main()) == created
 
 
 @pytest.mark.sentinel

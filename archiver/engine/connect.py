@@ -101,7 +101,8 @@ POOL_CONNECTIONS = 100
 #: ... and how long a command waits for one when every one is in use: the HTTP API's lookups beyond
 #: that many at once wait their turn rather than fail as if Redis were down.
 POOL_WAIT_S = 5.0
-_WAITING: dict[str, Any] = {"max_connections": POOL_CONNECTIONS, "timeout": POOL_WAIT_S}
+#: The settings of such a pool (`redis.asyncio.BlockingConnectionPool`).
+WAITING_POOL: dict[str, Any] = {"max_connections": POOL_CONNECTIONS, "timeout": POOL_WAIT_S}
 
 
 def async_connect(url: str, *, cluster: bool = False, password: str | None = None) -> AsyncClient:
@@ -118,7 +119,7 @@ def async_connect(url: str, *, cluster: bool = False, password: str | None = Non
         packed = _PACKED.get(urlsplit(url).scheme.lower())
         options: dict[str, Any] = {} if packed is None else {"connection_class": packed}
         pool = redis.asyncio.BlockingConnectionPool.from_url(
-            url, socket_connect_timeout=5, health_check_interval=30, password=password, **_WAITING, **options
+            url, socket_connect_timeout=5, health_check_interval=30, password=password, **WAITING_POOL, **options
         )
         return redis.asyncio.Redis.from_pool(pool)
     except ValueError as exc:
@@ -173,7 +174,7 @@ def async_twin(client: redis.Redis) -> AsyncClient:
     if connection_class is None:
         raise ValueError(f"no asyncio twin for a client with {pool.connection_class.__name__} connections")
     kwargs = _accepted(connection_class, pool.connection_kwargs)
-    twin_pool = redis.asyncio.BlockingConnectionPool(connection_class=connection_class, **_WAITING, **kwargs)
+    twin_pool = redis.asyncio.BlockingConnectionPool(connection_class=connection_class, **WAITING_POOL, **kwargs)
     return redis.asyncio.Redis.from_pool(twin_pool)
 
 

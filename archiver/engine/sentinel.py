@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio
 from redis.asyncio.retry import Retry as AsyncRetry
+from redis.asyncio.sentinel import SentinelConnectionPool as AsyncSentinelConnectionPool
 from redis.asyncio.sentinel import SentinelManagedConnection as AsyncSentinelManagedConnection
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.exceptions import AuthenticationError, AuthorizationError
@@ -31,7 +32,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelManagedConnection
 
 from archiver.config import Config
-from archiver.engine.connect import Engine, EngineError, EngineUnreachable, engine_error_for
+from archiver.engine.connect import WAITING_POOL, Engine, EngineError, EngineUnreachable, engine_error_for
 
 T = TypeVar("T")
 PROBE_TIMEOUT_S = 2.0
@@ -228,8 +229,14 @@ def async_master_client(
     following: dict[str, Any] = {"connection_class": AsyncFollowingConnection}
     if retry_s is not None:
         following["retry"] = AsyncFailoverRetry(retry_s)
-    client: redis.asyncio.Redis = manager.master_for(master, **(kwargs | following))
+    pool = {"connection_pool_class": _WaitingSentinelPool, **WAITING_POOL}
+    client: redis.asyncio.Redis = manager.master_for(master, **(kwargs | following | pool))
     return client
+
+
+class _WaitingSentinelPool(AsyncSentinelConnectionPool, redis.asyncio.BlockingConnectionPool):
+    """redis-py's asyncio Sentinel pool, waiting for a connection when all are in use as the other
+    asyncio clients' pools do (`archiver.engine.connect.WAITING_POOL`)."""
 
 
 def connect_sentinel(config: Config) -> redis.Redis:
