@@ -30,7 +30,7 @@
 -- each undone when a later one is refused for its key's type.
 -- include: _checks.lua, _layout.lua, _gostats.lua, _share.lua
 
--- Redis does not roll a script back when a command fails, and complete.lua asks no key's type:
+-- Redis does not roll a script back when a command fails, and this script asks no key's type:
 -- its writes come in an order whose every step can be undone. SETBIT first (the write a full
 -- server refuses: then nothing is written), whose reply is the bit to restore; XADD, whose entry
 -- can be deleted; ZREM of the lease; the active hash's write last, on the hash already read. A
