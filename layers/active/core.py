@@ -30,17 +30,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 import redis
 
 from codec import ACTIVE_STATUSES, ArchivedPartition, DecodeError, PartitionInfo, ValidationError
 from codec.elk import decode_elk, parse_active
-from codec.gojson import GoTime, go_json, go_string
+from codec.gojson import GoTime, go_string
 from codec.validate import (
     MAX_ERROR_BYTES,
-    MAX_INT64,
-    MAX_PARTITION_ID,
-    MIN_INT64,
     check_int,
     check_partition_id,
     check_seconds,
@@ -48,6 +44,7 @@ from codec.validate import (
     check_worker_id,
 )
 from layers.active.latencies import LatencyBuffer, latency_argument, sdk_complete_seconds
+from layers.active.leader import ActiveLeader
 from layers.active.reads import ActiveReads, typed
 from layers.errors import (
     InvalidTransition,
@@ -60,7 +57,6 @@ from layers.keys import KeySchema
 from layers.plumbing.replies import as_text, script_error
 from layers.plumbing.steps import Batch, Call, Script, Steps, one
 
-MAX_PARTITIONS_PER_CALL = 1_000_000
 RECORD_FORMATS = ("native", "elk")
 _SYNC_EVERY_S = 1.0
 #: How often at most a claim looks for stale leases (`ActiveCore._claim`).
@@ -81,7 +77,7 @@ class Completion:
     held: bool = False  # paused or outside the share (`layers.control.switch`): kept in the active hash, queued later
 
 
-class ActiveCore(ActiveReads):
+class ActiveCore(ActiveReads, ActiveLeader):
     """The state and the steps of the worker SDK (no client: the flavours bring the I/O)."""
 
     def __init__(self, keys: KeySchema, clock: Clock, *, lease_timeout: float, record_format: str | None) -> None:
@@ -145,57 +141,6 @@ class ActiveCore(ActiveReads):
         if refused is not None and refused.code == "corrupt":
             raise DecodeError(f"the stored record of partition {refused.detail or '?'} is corrupt")
         return reply
-
-    # leader side
-
-    def _create_partitions(
-        self, first_id: int, last_id: int, size: int, options: dict[str, Any] | None = None
-    ) -> Steps[range]:
-        """Split ``first_id..last_id`` (signed 64-bit) into partitions of ``size`` IDs; returns their pids.
-
-        One script per call, all or nothing: it checks the id range and every new field before
-        it writes, and two leaders creating at once each get one contiguous run of pids.
-        """
-        check_int("first_id", first_id, MIN_INT64, MAX_INT64)
-        check_int("last_id", last_id, MIN_INT64, MAX_INT64)
-        check_int("size", size, 1, MAX_INT64 - MIN_INT64 + 1)
-        if last_id < first_id:
-            raise ValidationError(f"inverted range: first_id {first_id} > last_id {last_id}")
-        count = (last_id - first_id) // size + 1
-        if count > MAX_PARTITIONS_PER_CALL:
-            raise ValidationError(
-                f"{count} partitions in one call; the limit is {MAX_PARTITIONS_PER_CALL:,} "
-                "(each call is one atomic step)"
-            )
-        options_json = self._options_json(options)
-        _, now_s, now_elk = yield from self._clock_args()
-        now = now_elk if self.record_format == "elk" else str(now_s)
-        bounds = ",".join(f"{lo},{min(last_id, lo + size - 1)}" for lo in range(first_id, last_id + 1, size))
-        k = self.keys
-        got = yield from self._run(
-            "create",
-            [k.active, k.pending, k.meta, *k.go_stats],
-            [self.record_format, now, options_json, MAX_PARTITION_ID, bounds],
-        )
-        refused = script_error(got)
-        if refused is not None:
-            if refused.code == "pid_range":
-                raise ValidationError(f"partition ids would reach {refused.detail}, past 2^32 - 1")
-            raise ValidationError(f"partition {refused.detail} already exists; is the id counter behind?")
-        return range(int(got[1]), int(got[2]) + 1)
-
-    def _options_json(self, options: dict[str, Any] | None) -> str:
-        if options is None or options == {}:
-            return ""
-        if not isinstance(options, dict):
-            raise ValidationError("options must be a dict")
-        try:
-            text = go_json(options) if self.record_format == "elk" else orjson.dumps(options).decode()
-        except (TypeError, ValidationError) as exc:
-            raise ValidationError(f"options are not JSON-serialisable: {exc}") from None
-        if len(text) > 16384:
-            raise ValidationError("options are larger than 16 KiB")
-        return text
 
     # worker side
 
@@ -387,25 +332,6 @@ class ActiveCore(ActiveReads):
         self._latencies.give_back(latencies)  # the script adds them only when it completes
         self._held_latencies.give_back(held_latencies)
         return Completion(pid, already_completed=True)
-
-    def _retry_failed(self, limit: int | None = None) -> Steps[int]:
-        """Move failed partitions back to pending; returns how many moved."""
-        if limit is not None:
-            check_int("limit", limit, 1, 2**31)
-        k = self.keys
-        if k.elk_prefix is not None:
-            yield from self._sync()
-        moved = 0
-        while limit is None or moved < limit:
-            step = 1000 if limit is None else min(1000, limit - moved)
-            _, now_s, now_elk = yield from self._clock_args()
-            keys = [k.active, k.failed, k.pending, *k.go_stats]
-            got = yield from self._run("retry_failed", keys, [now_s, now_elk, step])
-            n, looked = int(got[0]), int(got[1])
-            moved += n
-            if looked < step or n == 0:
-                break
-        return moved
 
 
 def _heartbeat_ms(raw: bytes, part: PartitionInfo) -> int:

@@ -1,6 +1,7 @@
 """The worker SDK's methods, listed once: each an `operation` of the steps in `layers.active.core`
-and `layers.active.reads`, a method that returns the result on `layers.active.sdk.ActiveLayer`
-(blocking) and a coroutine function on `layers.active.sdk_async.AsyncActiveLayer` (asyncio)."""
+(with `layers.active.reads` and `layers.active.leader`), a method that returns the result on
+`layers.active.sdk.ActiveLayer` (blocking) and a coroutine function on
+`layers.active.sdk_async.AsyncActiveLayer` (asyncio)."""
 
 from __future__ import annotations
 

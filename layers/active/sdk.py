@@ -11,7 +11,8 @@ import redis
 from codec import PartitionInfo
 from codec.validate import check_partition_id
 from layers.active.clock import ServerClock
-from layers.active.core import MAX_PARTITIONS_PER_CALL, RECORD_FORMATS, Completion
+from layers.active.core import RECORD_FORMATS, Completion
+from layers.active.leader import MAX_PARTITIONS_PER_CALL
 from layers.active.operations import ActiveOperations
 from layers.keys import KeySchema
 from layers.plumbing.steps import Blocking, SyncIO

@@ -1,0 +1,101 @@
+"""The leader's steps of the worker SDK: partitions created, failed ones retried. A part of
+`layers.active.core.ActiveCore`, kept apart from the steps a worker takes on every partition."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from codec import ValidationError
+from codec.gojson import go_json
+from codec.validate import MAX_INT64, MAX_PARTITION_ID, MIN_INT64, check_int
+from layers.keys import KeySchema
+from layers.plumbing.replies import script_error
+from layers.plumbing.steps import Steps
+
+MAX_PARTITIONS_PER_CALL = 1_000_000
+
+
+class ActiveLeader:
+    """The leader's steps of `ActiveCore` (which provides these attributes and steps)."""
+
+    keys: KeySchema
+    record_format: str
+
+    def _clock_args(self) -> Steps[tuple[int, int, str]]:
+        raise NotImplementedError
+
+    def _run(self, script: str, keys: list[str], args: list[Any]) -> Steps[Any]:
+        raise NotImplementedError
+
+    def _sync(self) -> Steps[dict[str, int]]:
+        raise NotImplementedError
+
+    def _create_partitions(
+        self, first_id: int, last_id: int, size: int, options: dict[str, Any] | None = None
+    ) -> Steps[range]:
+        """Split ``first_id..last_id`` (signed 64-bit) into partitions of ``size`` IDs; returns their pids.
+
+        One script per call, all or nothing: it checks the id range and every new field before
+        it writes, and two leaders creating at once each get one contiguous run of pids.
+        """
+        check_int("first_id", first_id, MIN_INT64, MAX_INT64)
+        check_int("last_id", last_id, MIN_INT64, MAX_INT64)
+        check_int("size", size, 1, MAX_INT64 - MIN_INT64 + 1)
+        if last_id < first_id:
+            raise ValidationError(f"inverted range: first_id {first_id} > last_id {last_id}")
+        count = (last_id - first_id) // size + 1
+        if count > MAX_PARTITIONS_PER_CALL:
+            raise ValidationError(
+                f"{count} partitions in one call; the limit is {MAX_PARTITIONS_PER_CALL:,} "
+                "(each call is one atomic step)"
+            )
+        options_json = self._options_json(options)
+        _, now_s, now_elk = yield from self._clock_args()
+        now = now_elk if self.record_format == "elk" else str(now_s)
+        bounds = ",".join(f"{lo},{min(last_id, lo + size - 1)}" for lo in range(first_id, last_id + 1, size))
+        k = self.keys
+        got = yield from self._run(
+            "create",
+            [k.active, k.pending, k.meta, *k.go_stats],
+            [self.record_format, now, options_json, MAX_PARTITION_ID, bounds],
+        )
+        refused = script_error(got)
+        if refused is not None:
+            if refused.code == "pid_range":
+                raise ValidationError(f"partition ids would reach {refused.detail}, past 2^32 - 1")
+            raise ValidationError(f"partition {refused.detail} already exists; is the id counter behind?")
+        return range(int(got[1]), int(got[2]) + 1)
+
+    def _options_json(self, options: dict[str, Any] | None) -> str:
+        if options is None or options == {}:
+            return ""
+        if not isinstance(options, dict):
+            raise ValidationError("options must be a dict")
+        try:
+            text = go_json(options) if self.record_format == "elk" else orjson.dumps(options).decode()
+        except (TypeError, ValidationError) as exc:
+            raise ValidationError(f"options are not JSON-serialisable: {exc}") from None
+        if len(text) > 16384:
+            raise ValidationError("options are larger than 16 KiB")
+        return text
+
+    def _retry_failed(self, limit: int | None = None) -> Steps[int]:
+        """Move failed partitions back to pending; returns how many moved."""
+        if limit is not None:
+            check_int("limit", limit, 1, 2**31)
+        k = self.keys
+        if k.elk_prefix is not None:
+            yield from self._sync()
+        moved = 0
+        while limit is None or moved < limit:
+            step = 1000 if limit is None else min(1000, limit - moved)
+            _, now_s, now_elk = yield from self._clock_args()
+            keys = [k.active, k.failed, k.pending, *k.go_stats]
+            got = yield from self._run("retry_failed", keys, [now_s, now_elk, step])
+            n, looked = int(got[0]), int(got[1])
+            moved += n
+            if looked < step or n == 0:
+                break
+        return moved
