@@ -29,6 +29,7 @@ from layers.archive.tiers import Tier
 from layers.plumbing.lua_sources import assembled
 
 ROOT = Path(__file__).resolve().parent.parent
+_ROOT_PREFIX = f"{ROOT}/"
 DOC = ROOT / "docs" / "architecture.md"
 #: The functions of `layers.plumbing.scripts` every script sent goes through, named by their ``name``.
 _SCRIPT_FUNCTIONS = {"sha", "first", "steps"}
@@ -46,9 +47,11 @@ class Ran:
         if event != "call" or not self.on:
             return
         path = frame.f_code.co_filename
-        if not path.startswith(str(ROOT)) or "/.venv/" in path or "/tests/" in path:
+        if not path.startswith(_ROOT_PREFIX):
             return
-        relative = path[len(str(ROOT)) + 1 :]
+        relative = path[len(_ROOT_PREFIX) :]
+        if relative.startswith((".venv/", "tests/")):
+            return
         self.python.add(relative)
         if relative == "layers/plumbing/scripts.py" and frame.f_code.co_name in _SCRIPT_FUNCTIONS:
             self.scripts.add(frame.f_locals["name"])
