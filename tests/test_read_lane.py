@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import redis
@@ -19,6 +19,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from archiver import AsyncQueryRouter, Source
+from archiver.engine import async_connect, async_twin
 from codec import PartitionInfo
 from layers import ActiveLayer, KeySchema
 from layers.errors import WrongKeyType
@@ -40,6 +41,15 @@ def client_name() -> str:
 
 def _client(engine_url: str, name: str, **options: object) -> redis.asyncio.Redis:
     return redis.asyncio.Redis.from_url(engine_url, client_name=name, **options)  # type: ignore[arg-type]
+
+
+@contextlib.asynccontextmanager
+async def _routed(client: redis.asyncio.Redis, namespace: str) -> AsyncIterator[AsyncQueryRouter]:
+    """A router of ``namespace`` on ``client``, closed with it."""
+    try:
+        yield AsyncQueryRouter(client, namespace)
+    finally:
+        await client.aclose()
 
 
 def _lane(client: redis.asyncio.Redis) -> ReadLane:
@@ -64,14 +74,11 @@ def test_concurrent_lookups_share_the_kept_connections(engine_url: str, namespac
                                                        client_name: str) -> None:  # fmt: skip
     async def main() -> int:
         client = _client(engine_url, client_name)
-        try:
-            router = AsyncQueryRouter(client, namespace)
+        async with _routed(client, namespace) as router:
             for _ in range(3):
                 await _answers_own(router, created)
             await _answers_own(router, created[:1])
             return _lane(client).kept
-        finally:
-            await client.aclose()
 
     kept = asyncio.run(main())
     assert kept == LANE_CONNECTIONS < PARTITIONS  # the rest went the usual way; kept ones used again
@@ -81,14 +88,11 @@ def test_a_bounded_pool_lends_the_lane_at_most_a_quarter(engine_url: str, namesp
                                                    client_name: str) -> None:  # fmt: skip
     async def main() -> int:
         client = _client(engine_url, client_name, max_connections=8)
-        try:
-            router = AsyncQueryRouter(client, namespace)
+        async with _routed(client, namespace) as router:
             for at in range(0, PARTITIONS, 6):  # as many at once as the pool allows
                 await _answers_own(router, created[at : at + 6])
             assert await client.ping()
             return _lane(client).kept
-        finally:
-            await client.aclose()
 
     assert asyncio.run(main()) == 2
 
@@ -113,8 +117,7 @@ def test_a_lookup_cut_off_leaves_no_reply_for_the_next(
 
     async def main() -> None:
         client = _client(engine_url, client_name, socket_timeout=0.2, retry=Retry(NoBackoff(), 0))
-        try:
-            router = AsyncQueryRouter(client, namespace)
+        async with _routed(client, namespace) as router:
             await _answers_own(router, created[:2])
             with _paused(real_redis, 1.0):
                 cancelled = asyncio.create_task(router.get(created[0]))
@@ -127,8 +130,6 @@ def test_a_lookup_cut_off_leaves_no_reply_for_the_next(
             for pid in created:
                 await _answers_own(router, [pid])
             await _answers_own(router, created)
-        finally:
-            await client.aclose()
 
     asyncio.run(main())
 
@@ -138,8 +139,7 @@ def test_connections_the_server_closed_are_answered_and_opened_again(
 ) -> None:
     async def main() -> None:
         client = _client(engine_url, client_name)
-        try:
-            router = AsyncQueryRouter(client, namespace)
+        async with _routed(client, namespace) as router:
             await _answers_own(router, created[:1])
             assert _lane(client).kept == 1
             for found in _connections(real_redis, client_name):
@@ -147,8 +147,6 @@ def test_connections_the_server_closed_are_answered_and_opened_again(
             for pid in created[:5]:  # the first written on a closed connection, then sent the usual way
                 await _answers_own(router, [pid])
             assert _lane(client).kept == 1
-        finally:
-            await client.aclose()
 
     asyncio.run(main())
 
@@ -162,8 +160,7 @@ def test_an_error_reply_keeps_the_connection(
 
     async def main() -> None:
         client = _client(engine_url, client_name)
-        try:
-            router = AsyncQueryRouter(client, namespace)
+        async with _routed(client, namespace) as router:
             await _answers_own(router, created[:1])
             real_redis.set(simple, "not a hash")
             with pytest.raises(WrongKeyType):
@@ -172,8 +169,6 @@ def test_an_error_reply_keeps_the_connection(
             for pid in created[:3]:
                 await _answers_own(router, [pid])
             assert _lane(client).kept == 1
-        finally:
-            await client.aclose()
 
     asyncio.run(main())
 
@@ -198,17 +193,12 @@ def test_lookups_beyond_the_pools_connections_wait_for_one(
 ) -> None:
     """The API's clients (`archiver.engine`) wait for a connection of their pool, bounded as redis-py
     bounds it, rather than fail as if Redis were down; here 4 connections for 40 lookups at once."""
-    from archiver.engine import async_connect, async_twin
 
-    async def main() -> list[int]:
+    async def main() -> None:
         client = async_connect(engine_url) if made_by == "async_connect" else async_twin(real_redis)
         assert isinstance(client, redis.asyncio.Redis)
         client.connection_pool.max_connections = 4
-        try:
-            router = AsyncQueryRouter(client, namespace)
-            answers = await asyncio.gather(*(router.get(pid) for pid in created))
-            return [answer.partition.partition_id for answer in answers if answer.partition]
-        finally:
-            await client.aclose()
+        async with _routed(client, namespace) as router:
+            await _answers_own(router, created)
 
-    assert asyncio.run(main()) == created
+    asyncio.run(main())
