@@ -46,6 +46,7 @@ from codec.validate import (
 from layers.active.latencies import LatencyBuffer, latency_argument, sdk_complete_seconds
 from layers.active.leader import ActiveLeader
 from layers.active.reads import ActiveReads, typed
+from layers.active.window import ActiveWindow
 from layers.errors import (
     InvalidTransition,
     NotOwner,
@@ -77,7 +78,7 @@ class Completion:
     held: bool = False  # paused or outside the share (`layers.control.switch`): kept in the active hash, queued later
 
 
-class ActiveCore(ActiveReads, ActiveLeader):
+class ActiveCore(ActiveReads, ActiveLeader, ActiveWindow):
     """The state and the steps of the worker SDK (no client: the flavours bring the I/O)."""
 
     def __init__(self, keys: KeySchema, clock: Clock, *, lease_timeout: float, record_format: str | None) -> None:
@@ -332,6 +333,13 @@ class ActiveCore(ActiveReads, ActiveLeader):
         self._latencies.give_back(latencies)  # the script adds them only when it completes
         self._held_latencies.give_back(held_latencies)
         return Completion(pid, already_completed=True)
+
+
+    def _checked_worker(self, worker_id: str) -> str:
+        return _worker_json(self, worker_id)
+
+    def _refused(self, reply: list[Any], pid: int, op: str) -> None:
+        _raise_for(reply, pid, op)
 
 
 def _heartbeat_ms(raw: bytes, part: PartitionInfo) -> int:
