@@ -65,7 +65,7 @@ def load_function(spec: str) -> Callable[..., Any]:
         if target is None:
             raise CliError(f"module {module_name!r} has no {name!r}")
     if not callable(target):
-        raise CliError(f"{spec} is a {type(target).__name__}, not a function")
+        raise CliError(f"{spec} is not callable ({type(target).__name__})")
     return target  # type: ignore[no-any-return]
 
 

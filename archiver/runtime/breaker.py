@@ -36,6 +36,11 @@ class CircuitBreaker:
             self.trips += 1
             return True
 
+    def opens_on_failure(self) -> bool:
+        """Whether one more failure would open it (a finish of a failure then claims nothing)."""
+        with self._lock:
+            return bool(self.failures) and (self._in_a_row + 1 >= self.failures or self._half_open)
+
     def wait_s(self) -> float:
         """Seconds until claims may resume (0: they may now)."""
         return max(0.0, self._open_until - self._clock())

@@ -227,8 +227,9 @@ class RuntimeCore:
             self._let_go(lease)
             return None
         pid, first = lease.partition_id, True
+        opens = outcome.error is not None and self.breaker.opens_on_failure()
         while True:
-            claim = first and not self.done and not self.breaker.wait_s()
+            claim = first and not self.done and not opens and not self.breaker.wait_s()
             try:
                 if outcome.error is None:
                     done = yield from self.sdk._complete_and_claim(pid, self.worker_id, claim=claim)

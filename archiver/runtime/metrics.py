@@ -45,4 +45,4 @@ def start_series(namespace: str) -> None:
     """A namespace's series at zero, so they exist from the first scrape."""
     for metric in (PROCESSED, ITEMS, PROCESS_SECONDS, FAILURES, RETRIES, LEASES_LOST, HANDED_BACK, BREAKER_TRIPS):
         metric.labels(namespace=namespace)
-    IN_HAND.labels(namespace=namespace).set(0)
+    IN_HAND.labels(namespace=namespace)

@@ -96,8 +96,7 @@ class ActiveCore(ActiveReads, ActiveLeader, ActiveWindow):
         self._next_stale_look = 0  # unix ms: the first claim looks
         # Go's times are sent only where Go's records can be; a step that meets one asks for them
         self._elk_times = record_format == "elk" or keys.elk_prefix is not None
-        self._elk_second: int | None = None  # the second `_elk_prefix` writes
-        self._elk_prefix = ""
+        self._elk_second: tuple[int, str] = (-1, "")  # a second and its date and time, one object: threads share it
         self._unreadable: set[str] = set()  # pids of records upgrade.lua found corrupt: claim passes them over
         self._workers: dict[str, str] = {}  # worker ids checked, as the JSON text the scripts compare
         k = self.keys  # each step's keys, named once (a key name is built at each ask)
@@ -126,11 +125,12 @@ class ActiveCore(ActiveReads, ActiveLeader, ActiveWindow):
         seconds = int(now)
         if not self._elk_times:
             return int(now * 1000), seconds, ""
-        if seconds != self._elk_second:
-            self._elk_second, self._elk_prefix = seconds, '"' + GoTime(seconds, 0).format()[:-1]
+        second = self._elk_second
+        if seconds != second[0]:
+            second = self._elk_second = (seconds, '"' + GoTime(seconds, 0).format()[:-1])
         micros = int((now - seconds) * 1e6)
         fraction = f".{micros:06d}".rstrip("0") if micros else ""
-        return int(now * 1000), seconds, f'{self._elk_prefix}{fraction}Z"'
+        return int(now * 1000), seconds, f'{second[1]}{fraction}Z"'
 
     def _run(self, script: str, keys: list[str], args: list[Any]) -> Steps[Any]:
         """Run a script of this layer; its typed error replies become exceptions here."""
