@@ -12,8 +12,9 @@ import pytest
 import redis
 from redis.exceptions import ResponseError
 
-from codec import DecodeError
-from layers import KeySchema, WrongKeyType
+from codec import DecodeError, PartitionInfo
+from codec.elk import decode_elk
+from layers import KeySchema, NotOwner, WrongKeyType
 from layers.plumbing.scripts import LIBRARY_SCRIPTS, Scripts, library
 from tests.conftest import Clock
 from tests.flavours import Flavour
@@ -207,3 +208,92 @@ def test_a_user_who_may_not_use_functions_runs_the_steps_as_scripts(
         client.close()
     finally:
         real_redis.acl_deluser(user)
+
+
+def _running(any_redis: redis.Redis, namespace: str, flavour: Flavour) -> tuple[Any, KeySchema, bytes]:
+    """An SDK, its keys and partition 1's record, running for w1 (options kept, so the tail is not empty)."""
+    keys = KeySchema.of(namespace, client=any_redis)
+    sdk = flavour.active(any_redis, namespace)
+    sdk.create_partitions(1, 20, 10, options={"shard": {"worker_id": "nested"}})
+    part = sdk.claim("w1")
+    assert part is not None and part.partition_id == 1
+    sdk.start(1, "w1")
+    raw = any_redis.hget(keys.active, "1")
+    assert raw is not None and raw.startswith(b'{"status":"running","worker_id":"w1","version":')
+    return sdk, keys, raw
+
+
+@pytest.mark.parametrize("damage", ["cut", "options_cut", "trailing"])
+def test_a_native_record_cut_short_is_refused_before_any_write(
+    any_redis: redis.Redis, namespace: str, flavour: Flavour, damage: str
+) -> None:
+    """The fast paths read a whole native record, as the general path and Python do (issue 47)."""
+    sdk, keys, raw = _running(any_redis, namespace, flavour)
+    damaged = {
+        "cut": raw[:-12],
+        "options_cut": raw[:-2],  # `...:"nested"}` : the options object open at the end
+        "trailing": raw + b'{"x":1}',
+    }[damage]
+    with pytest.raises(DecodeError):
+        PartitionInfo.from_json(damaged)  # what Python says of it
+    any_redis.hset(keys.active, "1", damaged)
+    for step in (sdk.heartbeat, sdk.start, sdk.complete):
+        with pytest.raises(DecodeError, match="partition 1"):
+            step(1, "w1")
+    assert any_redis.hget(keys.active, "1") == damaged
+    assert any_redis.getbit(keys.done, 1) == 0 and any_redis.xlen(keys.queue) == 0
+
+
+@pytest.mark.parametrize("member", [b',"error":""', b',"options":{"shard":{"worker_id":"nested"}}'])
+def test_a_native_record_without_a_member_reads_as_python_reads_it(
+    any_redis: redis.Redis, namespace: str, flavour: Flavour, member: bytes
+) -> None:
+    """A member Python defaults (no error, no options) is no raw Lua error: the record is read as
+    Python reads it, then completed."""
+    sdk, keys, raw = _running(any_redis, namespace, flavour)
+    cut = raw.replace(member, b"")
+    assert cut != raw and PartitionInfo.from_json(cut).error == ""
+    any_redis.hset(keys.active, "1", cut)
+    done = sdk.complete(1, "w1")
+    assert done.archived is not None and (done.archived.min_id, done.archived.max_id) == (1, 10)
+    assert any_redis.hget(keys.active, "1") is None and any_redis.xlen(keys.queue) == 1
+
+
+@pytest.mark.parametrize("where", ["after_version", "at_the_end"])
+def test_a_worker_named_twice_is_the_last_one_as_for_python_and_go(
+    any_redis: redis.Redis, namespace: str, flavour: Flavour, where: str
+) -> None:
+    sdk, keys, raw = _running(any_redis, namespace, flavour)
+    if where == "after_version":
+        head, _, rest = raw.partition(b',"updated_at":')
+        twice = head + b',"worker_id":"w2","updated_at":' + rest
+    else:
+        twice = raw[:-1] + b',"worker_id":"w2"}'
+    assert PartitionInfo.from_json(twice).worker_id == "w2"  # the last one, as Python (and Go) read it
+    any_redis.hset(keys.active, "1", twice)
+    for step in (sdk.heartbeat, sdk.complete):
+        with pytest.raises(NotOwner):
+            step(1, "w1")
+    assert any_redis.getbit(keys.done, 1) == 0 and any_redis.xlen(keys.queue) == 0
+    beat = sdk.heartbeat(1, "w2")
+    assert beat.worker_id == "w2" and beat.options == {"shard": {"worker_id": "nested"}}
+    assert sdk.complete(1, "w2").archived.worker_id == "w2"  # type: ignore[union-attr]
+
+
+def test_a_go_record_cut_short_is_refused_before_any_write(real_redis: redis.Redis, namespace: str) -> None:
+    from layers import ActiveLayer
+
+    keys = KeySchema(namespace)
+    sdk = ActiveLayer(real_redis, namespace)
+    sdk.create_partitions(1, 10, 10)
+    go = (b'{"partition_id":1,"min_id":1,"max_id":10,"worker_id":"w1","last_heartbeat":"2025-07-05T23:31:43+08:00",'
+          b'"status":"running","updated_at":"2025-07-05T23:31:43+08:00","version":3,"error":"x",'
+          b'"created_at":"2025-07-05T23:31:43+08:00"}')  # fmt: skip
+    for damaged in (go[:-3], go[: go.index(b'"x"') + 2], go[:-1] + b',"x":[}'):
+        with pytest.raises(DecodeError):
+            decode_elk(damaged)
+        real_redis.hset(keys.active, "1", damaged)
+        for step in (sdk.heartbeat, sdk.complete):
+            with pytest.raises(DecodeError, match="partition 1"):
+                step(1, "w1")
+        assert real_redis.hget(keys.active, "1") == damaged and real_redis.getbit(keys.done, 1) == 0

@@ -60,6 +60,7 @@ from layers.plumbing.steps import Batch, Call, Script, Steps, one
 
 RECORD_FORMATS = ("native", "elk")
 _SYNC_EVERY_S = 1.0
+_SEEN_MAX = 4096  # records remembered (`ActiveCore._seen`): more partitions than a process holds at once
 #: How often at most a claim looks for stale leases (`ActiveCore._claim`).
 STALE_LOOK_S = 1.0
 
@@ -99,6 +100,9 @@ class ActiveCore(ActiveReads, ActiveLeader, ActiveWindow):
         self._elk_second: tuple[int, str] = (-1, "")  # a second and its date and time, one object: threads share it
         self._unreadable: set[str] = set()  # pids of records upgrade.lua found corrupt: claim passes them over
         self._workers: dict[str, str] = {}  # worker ids checked, as the JSON text the scripts compare
+        # pid -> the native record as this SDK's last step on it answered (and parsed): sent with the
+        # next step, whose script then need not check the record whole again (`_layout.lua`'s native_at)
+        self._seen: dict[int, bytes | str] = {}
         k = self.keys  # each step's keys, named once (a key name is built at each ask)
         self._step_keys = {
             "claim": [k.active, k.pending, k.leases, *k.go_stats],
@@ -169,7 +173,7 @@ class ActiveCore(ActiveReads, ActiveLeader, ActiveWindow):
             if look:
                 self._next_stale_look = now_ms + self._stale_look_ms
             if not isinstance(got, list):
-                return parse_active(got)
+                return self._read(got)
             head = as_text(got[0])
             if head == "none":
                 if look:
@@ -184,6 +188,15 @@ class ActiveCore(ActiveReads, ActiveLeader, ActiveWindow):
                 else:
                     self._unreadable.update((yield from self._upgrade([pid])))
                     upgraded.add(pid)
+
+    def _read(self, raw: bytes | str) -> PartitionInfo:
+        """The record a step answered, parsed; a native one is remembered for the next step on it."""
+        part = parse_active(raw)
+        if raw[:10] in (b'{"status":', '{"status":'):
+            if len(self._seen) >= _SEEN_MAX:
+                self._seen.clear()
+            self._seen[part.partition_id] = raw
+        return part
 
     def _upgrade(self, pids: list[str]) -> Steps[list[str]]:
         """Rewrite records in the layout of their format (`layers/active/lua/upgrade.lua`); returns the
@@ -255,20 +268,20 @@ class ActiveCore(ActiveReads, ActiveLeader, ActiveWindow):
         worker, expected = _worker_json(self, worker_id), _version_arg(expected_version)
         while True:
             now_ms, now_s, now_elk = yield from self._clock_args()
-            args = [pid, worker, now_s, -now_ms, *_trailing(now_elk, expected)]
+            args = [pid, worker, now_s, -now_ms, *_trailing(now_elk, expected, self._seen.get(pid, ""))]
             got = yield from self._step("start", self._step_keys["start"], args, pid, "start")
             if got is not None:
-                return parse_active(got)
+                return self._read(got)
 
     def _heartbeat(self, pid: int, worker_id: str, *, expected_version: int | None = None) -> Steps[PartitionInfo]:
         check_partition_id(pid)
         worker, expected = _worker_json(self, worker_id), _version_arg(expected_version)
         while True:
             _, now_s, now_elk = yield from self._clock_args()
-            args = [pid, worker, now_s, *_trailing(now_elk, expected)]
+            args = [pid, worker, now_s, *_trailing(now_elk, expected, self._seen.get(pid, ""))]
             got = yield from self._step("heartbeat", self._step_keys["heartbeat"], args, pid, "heartbeat")
             if got is not None:
-                return parse_active(got)
+                return self._read(got)
 
     def _fail(
         self, pid: int, worker_id: str, error: str, *, expected_version: int | None = None
@@ -278,6 +291,7 @@ class ActiveCore(ActiveReads, ActiveLeader, ActiveWindow):
         check_text("error", error, MAX_ERROR_BYTES, allow_empty=True, multiline=True)
         k = self.keys
         _, now_s, now_elk = yield from self._clock_args()
+        self._seen.pop(pid, None)
         got = yield from self._run(
             "fail",
             [k.active, k.leases, k.failed, *k.go_stats],
@@ -293,6 +307,7 @@ class ActiveCore(ActiveReads, ActiveLeader, ActiveWindow):
         worker, expected = _worker_json(self, worker_id), _version_arg(expected_version)
         latencies, held_latencies = self._latencies.take_due(), self._held_latencies.take_due()
         handed, held_handed = latency_argument(latencies), latency_argument(held_latencies)
+        seen = self._seen.pop(pid, "")
         started = time.perf_counter()
         try:
             while True:
@@ -305,7 +320,7 @@ class ActiveCore(ActiveReads, ActiveLeader, ActiveWindow):
                     pid,
                     worker,
                     now_s,
-                    *_trailing(now_elk, expected, now_ms if holding else "", handed, held_handed),
+                    *_trailing(now_elk, expected, now_ms if holding else "", handed, held_handed, seen),
                 ]
                 got = yield from self._step("complete", keys, args, pid, "complete")
                 if isinstance(got, list) and as_text(got[0]) == "paused" and not holding:

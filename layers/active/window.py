@@ -101,6 +101,7 @@ class ActiveWindow:
     _unreadable: set[str]
     _latencies: LatencyBuffer
     _held_latencies: LatencyBuffer
+    _seen: dict[int, bytes | str]
 
     def _now(self) -> Steps[float]:
         raise NotImplementedError
@@ -118,6 +119,9 @@ class ActiveWindow:
         raise NotImplementedError
 
     def _checked_worker(self, worker_id: str) -> str:
+        raise NotImplementedError
+
+    def _read(self, raw: bytes | str) -> PartitionInfo:
         raise NotImplementedError
 
     def _refused(self, reply: list[Any], pid: int, op: str) -> None:
@@ -169,6 +173,7 @@ class ActiveWindow:
         error_json = go_string(error) if failing else ""
         taken = (self._latencies.take_due(), self._held_latencies.take_due()) if what == "complete" else _NONE_TAKEN
         handed = [latency_argument(taken[0]), latency_argument(taken[1])]
+        seen = self._seen.pop(pid, "") if what else ""
         upgraded: set[str] = set()
         started = time.perf_counter()
         try:
@@ -177,8 +182,9 @@ class ActiveWindow:
                 look = claim and now_ms >= self._next_stale_look
                 cutoff = now_ms - self._stale_ms
                 skip = f",{','.join(sorted(self._unreadable))}," if self._unreadable else ""
+                stale = (cutoff, -cutoff) if look else ("", "")
                 args = [what, pid if what else "", worker, now_s, now_ms, now_elk, "claim" if claim else "",
-                        *((cutoff, -cutoff) if look else ("", "")), skip, *handed, error_json, *retry_args]  # fmt: skip
+                        *stale, skip, *handed, seen, error_json, *retry_args]  # fmt: skip
                 got = yield from self._run(script, keys, args)
                 head = as_text(got[0]) if isinstance(got, list) and got and not isinstance(got[0], list) else ""
                 if head in _REFUSALS:  # the finish refused: nothing written, nothing claimed
@@ -210,7 +216,7 @@ class ActiveWindow:
         """The claim's part of a finish's reply: (the next partition or None, the claim's refusal or
         None), or `_AGAIN` when the claim is to be sent again (a record to upgrade first, Go's times)."""
         if not isinstance(reply, list):
-            return parse_active(reply), None
+            return self._read(reply), None
         head = as_text(reply[0]) if reply else ""
         if head == "none":
             if not looked:

@@ -25,7 +25,8 @@ local function claim_partition(KEYS, ARGV, status)
     raw, err = typed_call('hash', 'HGET', KEYS[1], pid)
     local version, rest
     if raw then
-      version, rest = native_at(raw, '{"status":"pending","worker_id":"","version":', ',"partition_id":')
+      version, rest = native_at(raw, '{"status":"pending","worker_id":"","version":')
+      rest = rest and string.find(raw, ',', rest + 1, true)  -- the comma before "partition_id"
     end
     if rest then
       local now = ARGV[3]

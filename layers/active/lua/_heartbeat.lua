@@ -7,14 +7,14 @@
 -- `expected` ('' = any), with its heartbeat and updated_at now (`now_s` unix s, `now_elk` RFC 3339
 -- JSON text for a Go record, '' when not given) and its version one up; or nil and the reply that
 -- says why not: {'upgrade'} (a record in neither layout of `_layout.lua`), {'elk_time'} (a Go
--- record and no `now_elk`), {'err', code, detail}.
-local function renewed(raw, worker, expected, now_s, now_elk)
+-- record and no `now_elk`), {'err', code, detail}. `seen` is `native_at`'s (nil: not known).
+local function renewed(raw, worker, expected, now_s, now_elk, seen)
   -- a native record as a heartbeat finds it: running, or claimed and not started yet
   local head = native_head('running', worker)
-  local version, rest = native_at(raw, head, ',"claimed_at":')
+  local version, rest = native_at(raw, head, seen)
   if not rest then
     head = native_head('claimed', worker)
-    version, rest = native_at(raw, head, ',"claimed_at":')
+    version, rest = native_at(raw, head, seen)
   end
   if rest and (expected == '' or tonumber(expected) == version) then
     return head .. string.format('%d', version + 1) .. ',"updated_at":' .. now_s .. ',"last_heartbeat":' .. now_s

@@ -18,6 +18,8 @@
 --         completes the partition (the caller keeps them for a later call otherwise); skipped,
 --         not an error, if that hash was tampered with
 -- ARGV[8] the same for completions held, added to the fields hb<bucket> and hsum_us
+-- ARGV[9] the record as the caller's last step on it answered, so a record still as it was is
+--         not checked whole again (`native_at`)
 -- (an argument left out, or '', is not given)
 -- Returns '<stream entry id> <archived JSON>' | {'held', the record as kept} | {'already'}
 -- | {'upgrade'} (the record is in neither layout of `_layout.lua`) | {'paused'} (KEYS[6] or
