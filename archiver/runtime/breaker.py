@@ -22,6 +22,8 @@ class CircuitBreaker:
 
     def record(self, ok: bool) -> bool:
         """A finished partition; True when this failure opened the breaker."""
+        if ok and not self._in_a_row and not self._half_open:
+            return False  # closed, and stays so: no lock on the way of every completion
         with self._lock:
             if ok:
                 self._in_a_row, self._half_open = 0, False

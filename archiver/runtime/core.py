@@ -202,7 +202,6 @@ class RuntimeCore:
             if self.stopping or self.closing:
                 return None
             lease = self._hand[part.partition_id] = Lease(part, self.worker_id)
-        self._m["in_hand"].inc()
         return lease
 
     def _work(self, lease: Lease) -> Steps[Outcome]:
@@ -293,7 +292,6 @@ class RuntimeCore:
         with self._lock:
             if self._hand.pop(lease.partition_id, None) is None:
                 return
-        self._m["in_hand"].dec()
         if lost is not None:
             self._count_lost(lease, lost)
 
@@ -302,14 +300,12 @@ class RuntimeCore:
         with self._lock:
             if lease.lost or lease._finishing or self._hand.get(lease.partition_id) is not lease:
                 return
-            lease.reason = reason
-            lease.lost_event.set()
+            lease._lose(reason)
         self._count_lost(lease, reason)
         self.flavour.lost(lease)
 
     def _count_lost(self, lease: Lease, reason: str) -> None:
-        lease.reason = lease.reason or reason
-        lease.lost_event.set()
+        lease._lose(reason)
         with self._lock:
             self.leases_lost += 1
         self._m["leases_lost"].inc()
@@ -337,6 +333,7 @@ class RuntimeCore:
         self.beats += 1
         with self._lock:
             pids = [pid for pid, lease in self._hand.items() if not lease._finishing and not lease.lost]
+        self._m["in_hand"].set(self.in_hand)
         try:
             now = yield from self.sdk._now()
             if self.started_at is None:
@@ -367,14 +364,14 @@ class RuntimeCore:
             self.closing = True
             leases = [lease for lease in self._hand.values() if not lease._finishing]
             for lease in leases:
-                lease.reason = "handed back"
-                lease.lost_event.set()
+                lease._lose("handed back")
         self.flavour.poke()
         pids = [lease.partition_id for lease in leases]
         handed = yield from self._give_back(pids, leave=True)
         for lease in leases:
             self.flavour.lost(lease)
             self._let_go(lease)
+        self._m["in_hand"].set(0)
         if handed:
             log.info("unfinished partitions handed back to pending", count=len(handed), partitions=handed[:20])
 

@@ -37,7 +37,8 @@ BREAKER_TRIPS = Counter(
     "partarchive_runtime_breaker_trips", "Times the circuit breaker stopped claims for a cool-down.", NS
 )
 IN_HAND = Gauge(
-    "partarchive_runtime_in_hand", "Partitions the worker process holds now.", NS, multiprocess_mode="livesum"
+    "partarchive_runtime_in_hand", "Partitions the worker process holds, as its last beat counted them.", NS,
+    multiprocess_mode="livesum",
 )
 
 

@@ -114,6 +114,7 @@ class Worker:
         with shutdown.installed(install_signals):
             log.info("worker started", worker=self.worker_id, namespace=core.namespace, window=self.settings.window,
                      lease_s=self.settings.lease_s, beat_s=self.settings.beat_s)  # fmt: skip
+            core.schedule[core.beat] = time.monotonic() + self.sdk._io.run(core.beat.turn())  # the clock synced
             slots = [threading.Thread(target=self._slot, name=f"partarchive-slot-{i}", daemon=True)
                      for i in range(self.settings.window)]  # fmt: skip
             for thread in slots:
@@ -156,13 +157,17 @@ class Worker:
     def _slot(self) -> None:
         assert self.core is not None
         core = self.core
-        while not core.done and not core.closing:
-            try:
-                self.sdk._io.run(core.slot())
-            except Exception:  # a defect: logged with its traceback, the slot starts again
-                log.exception("a worker slot failed; starting it again")
-                self._hard.wait(1.0)
-        self._tick.set()
+        io = self.sdk._io.lane()  # the slot's scripts on a connection of its own
+        try:
+            while not core.done and not core.closing:
+                try:
+                    io.run(core.slot())
+                except Exception:  # a defect: logged with its traceback, the slot starts again
+                    log.exception("a worker slot failed; starting it again")
+                    self._hard.wait(1.0)
+        finally:
+            io.close()
+            self._tick.set()
 
 
 class _Threads:

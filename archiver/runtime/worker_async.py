@@ -38,7 +38,7 @@ from layers.active.core import Clock
 from layers.active.sdk_async import AsyncActiveLayer
 from layers.active.window import RetryPolicy
 from layers.keys import KeySchema
-from layers.plumbing.steps import AsyncClient
+from layers.plumbing.steps import AsyncClient, AsyncIO
 
 log = structlog.get_logger("partarchive.worker")
 
@@ -109,7 +109,9 @@ class AsyncWorker:
         with shutdown.installed(install_signals):
             log.info("worker started", worker=self.worker_id, namespace=core.namespace, window=self.settings.window,
                      lease_s=self.settings.lease_s, beat_s=self.settings.beat_s, flavour="asyncio")  # fmt: skip
-            slots = [asyncio.create_task(self._slot(core)) for _ in range(self.settings.window)]
+            core.schedule[core.beat] = time.monotonic() + await self.sdk._io.run(core.beat.turn())  # the clock synced
+            lane = await self.sdk._io.lane()  # the slots' scripts go together, on a connection they share
+            slots = [asyncio.create_task(self._slot(core, lane)) for _ in range(self.settings.window)]
             try:
                 await self._supervise(core, slots)
             finally:
@@ -119,6 +121,7 @@ class AsyncWorker:
                     task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.wait(slots, timeout=1.0)
+                await lane.close()
         report = core.report()
         log.info("worker stopped", worker=self.worker_id, processed=report.processed, failed=report.failed,
                  lost=report.leases_lost, handed_back=report.handed_back, ended=report.ended)  # fmt: skip
@@ -149,16 +152,18 @@ class AsyncWorker:
                 await asyncio.wait_for(self._tick.wait(), max(0.0, until - time.monotonic()))
             self._tick.clear()
 
-    async def _slot(self, core: RuntimeCore) -> None:
+    async def _slot(self, core: RuntimeCore, io: AsyncIO) -> None:
         assert self._hard is not None and self._tick is not None
-        while not core.done and not core.closing:
-            try:
-                await self.sdk._io.run(core.slot())
-            except Exception:  # a defect: logged with its traceback, the slot starts again
-                log.exception("a worker slot failed; starting it again")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._hard.wait(), 1.0)
-        self._tick.set()
+        try:
+            while not core.done and not core.closing:
+                try:
+                    await io.run(core.slot())
+                except Exception:  # a defect: logged with its traceback, the slot starts again
+                    log.exception("a worker slot failed; starting it again")
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._hard.wait(), 1.0)
+        finally:
+            self._tick.set()
 
 
 class _Tasks:
@@ -168,16 +173,19 @@ class _Tasks:
         self.worker = worker
 
     async def process(self, partition: PartitionInfo, lease: Lease) -> Any:
-        """`process` in a task of its own, which a lost lease cancels (`lost`): `LeaseLost` then."""
-        task = lease.task = asyncio.ensure_future(self.worker.process(partition, lease))
+        """`process` awaited in its slot's task, which a lost lease cancels (`lost`): `LeaseLost` then.
+        (A task of its own a partition would cost as much as the rest of the partition's work here.)"""
+        task = lease.task = asyncio.current_task()
         try:
-            await asyncio.wait({task})
-        except asyncio.CancelledError:  # the slot itself is cancelled (the worker stops): so is process
-            task.cancel()
-            raise
-        if task.cancelled():
-            raise LeaseLost(lease.reason or "lost")
-        return task.result()
+            return await self.worker.process(partition, lease)
+        except asyncio.CancelledError:
+            if not lease.lost:  # the slot itself is cancelled
+                raise
+            raise LeaseLost(lease.reason or "lost") from None
+        finally:
+            lease.task = None
+            if lease.lost and task is not None and task.cancelling():
+                task.uncancel()  # the cancel was the lease's, not the slot's
 
     async def pause(self, seconds: float, hard: bool) -> None:
         event = self.worker._hard if hard else self.worker._wake
@@ -186,7 +194,7 @@ class _Tasks:
             await asyncio.wait_for(event.wait(), seconds)
 
     def lost(self, lease: Lease) -> None:
-        if lease.task is not None and not lease.task.done():
+        if lease.task is not None:  # `process` is under way on it
             lease.task.cancel()
 
     def poke(self) -> None:

@@ -64,8 +64,9 @@ _SEEN_MAX = 4096  # records remembered (`ActiveCore._seen`): more partitions tha
 #: How often at most a claim looks for stale leases (`ActiveCore._claim`).
 STALE_LOOK_S = 1.0
 
-#: Unix seconds, as a float: a plain function, or a coroutine function for the asyncio SDK.
-Clock = Callable[[], float] | Callable[[], Awaitable[float]]
+#: Unix seconds, as a float: a plain function, or a coroutine function for the asyncio SDK (or a function
+#: that gives either, `layers.active.clock.AsyncServerClock`).
+Clock = Callable[[], float] | Callable[[], Awaitable[float]] | Callable[[], float | Awaitable[float]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +112,7 @@ class ActiveCore(ActiveReads, ActiveLeader, ActiveWindow):
             "complete": [*k.complete_keys, *k.go_stats],
             "complete_running": k.complete_keys[:5],  # archived, no latencies handed, not bound
             "complete_holding": k.complete_keys[:6],  # the same where completions may be held
+            "finish": [*k.finish_keys, *k.go_stats],  # the task window's finish (`layers.active.window`)
         }
         self.skipped_records = 0
         self._latencies = LatencyBuffer()  # handed to Redis with a later completion: archived ones

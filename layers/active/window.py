@@ -102,6 +102,7 @@ class ActiveWindow:
     _latencies: LatencyBuffer
     _held_latencies: LatencyBuffer
     _seen: dict[int, bytes | str]
+    _step_keys: dict[str, list[str]]
 
     def _now(self) -> Steps[float]:
         raise NotImplementedError
@@ -167,7 +168,7 @@ class ActiveWindow:
         k = self.keys
         if claim and k.elk_prefix is not None and (yield from self._now()) >= self._next_sync:
             yield from self._sync()
-        keys = [*k.finish_keys, *k.go_stats]
+        keys = self._step_keys["finish"]
         script, failing = ("finish_failed", True) if what == "fail" else ("finish", False)
         retry_args = retry.args(_RNG) if failing and retry is not None and retry.max_attempts > 1 else ["", "", "", ""]
         error_json = go_string(error) if failing else ""

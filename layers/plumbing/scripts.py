@@ -31,6 +31,7 @@ from weakref import WeakKeyDictionary
 import redis
 import redis.asyncio
 from redis.exceptions import NoScriptError, ResponseError
+from redis.utils import HIREDIS_AVAILABLE
 
 from layers.plumbing.drive import Send, Steps, adrive, aperform, drive, perform
 from layers.plumbing.lua_sources import (
@@ -52,12 +53,17 @@ from layers.plumbing.lua_sources import (
 )
 from layers.plumbing.slot_moves import follow_ask_to_new_masters, riding_out
 
+if HIREDIS_AVAILABLE:
+    import hiredis
+
 __all__ = [
     "LIBRARY_SCRIPTS",
     "LUA_ROOMS",
     "READ_ONLY_SCRIPTS",
     "Assembled",
+    "AsyncKeptConnection",
     "AsyncScripts",
+    "KeptConnection",
     "Library",
     "ReadLane",
     "ScriptCore",
@@ -226,11 +232,15 @@ class Scripts(_ClientScripts):
         through `__call__`, which loads the script, if the server answers ``NOSCRIPT``)."""
         return self.core.sha(name)
 
-    def __call__(self, name: str, keys: list[str], args: list[Any]) -> Any:
+    def __call__(self, name: str, keys: list[str], args: list[Any], *, on: KeptConnection | None = None) -> Any:
+        """Run script ``name``; with ``on``, its first command goes on that kept connection instead of
+        through the client."""
         first = self.core.first(name, keys, args)
         failed: Exception | None = None
         if first is not None:
             try:
+                if on is not None:
+                    return on.send(first)
                 return getattr(self._client, first.method)(*first.args)
             except Exception as exc:  # the core's steps take it from here
                 failed = exc
@@ -294,11 +304,17 @@ class AsyncScripts(_ClientScripts):
         pool = getattr(client, "connection_pool", None)
         self.lane = None if self.core.cluster or pool is None else ReadLane(pool, self._send)
 
-    async def __call__(self, name: str, keys: list[str], args: list[Any]) -> Any:
+    async def __call__(
+        self, name: str, keys: list[str], args: list[Any], *, on: AsyncKeptConnection | None = None
+    ) -> Any:
+        """Run script ``name``; with ``on``, its first command goes on that kept connection instead of
+        through the client."""
         first = self.core.first(name, keys, args)
         failed: Exception | None = None
         if first is not None:
             try:
+                if on is not None:
+                    return await on.send(first)
                 if self.lane is not None and name in READ_ONLY_SCRIPTS:
                     return await self.lane.send(first)
                 return await self._send(first)
@@ -383,3 +399,103 @@ class ReadLane:
         self._deadline = conn.socket_timeout
         conn.socket_timeout = None  # the call's deadline is `send`'s
         return conn
+
+
+def _packed(conn: Any, command: Send) -> Any:
+    """``command`` in the protocol: packed by hiredis where it is installed (as redis-py's blocking
+    connections pack; its asyncio ones pack in Python, at a few microseconds an argument)."""
+    if HIREDIS_AVAILABLE:
+        return [hiredis.pack_command((command.method.upper(), *command.args))]
+    return conn.pack_command(command.method.upper(), *command.args)
+
+
+class KeptConnection:
+    """A connection taken from a blocking client's pool and kept, for one thread's long run of script
+    calls (a worker runtime's slot, `layers.plumbing.steps.SyncLane`): what redis-py spends on a
+    command's way through its client (the pool's lock and bookkeeping, its retry wrapper, its
+    observability records: about a third of a short script's round trip) is paid once. A command cut
+    short (reset, timed out) is not sent again here: redis-py closes the connection (it opens again
+    at its next use) and the error goes to the caller, who knows whether a write may be sent again.
+    A reply that is an error is raised as the client raises it."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self.conn = pool.get_connection()
+
+    def send(self, command: Send) -> Any:
+        self.conn.send_packed_command(_packed(self.conn, command), False)
+        return self.conn.read_response()
+
+    def close(self) -> None:
+        self.pool.release(self.conn)
+
+
+class AsyncKeptConnection:
+    """`KeptConnection` on asyncio, shared by the tasks of one loop (`layers.plumbing.steps.AsyncLane`:
+    a worker runtime's slots), its calls pipelined: a call is queued, and what the queue holds is
+    written at once when the loop next turns, the replies read in their order (as ioredis's
+    auto-pipelining does). So N tasks that call together cost one write and one wake-up of the
+    loop, not N: on asyncio what a call costs the client (a system call, a turn of the loop) is most
+    of it. Each batch goes under one deadline (the pool's socket timeout; redis.asyncio's own would
+    make a task of each write). A batch cut short fails every call of it still waiting (the
+    connection closed by redis-py, open again at its next use): none is sent again here. Made by
+    `take`."""
+
+    def __init__(self, pool: Any, conn: Any) -> None:
+        self.pool = pool
+        self.conn = conn
+        self.deadline = conn.socket_timeout
+        conn.socket_timeout = None  # a batch's deadline is `_flush`'s
+        self._queue: list[tuple[Send, asyncio.Future[Any]]] = []
+        self._flushing: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def take(cls, pool: Any) -> AsyncKeptConnection:
+        return cls(pool, await pool.get_connection())
+
+    async def send(self, command: Send) -> Any:
+        future = asyncio.get_running_loop().create_future()
+        self._queue.append((command, future))
+        if self._flushing is None:
+            self._flushing = asyncio.create_task(self._flush())
+        return await future
+
+    async def _flush(self) -> None:
+        try:
+            while self._queue:
+                batch, self._queue = self._queue, []
+                await self._sent(batch)
+        finally:
+            self._flushing = None
+
+    async def _sent(self, batch: list[tuple[Send, asyncio.Future[Any]]]) -> None:
+        conn, at = self.conn, 0
+        try:
+            async with asyncio.timeout(self.deadline):
+                await conn.send_packed_command(b"".join(b"".join(_packed(conn, c)) for c, _ in batch), False)
+                for at, (_, future) in enumerate(batch):  # noqa: B007 - `at` is read when the batch is cut short
+                    try:
+                        reply = await conn.read_response()
+                    except ResponseError as exc:  # a reply that is an error: the others stand
+                        _settle(future, exc)
+                        continue
+                    if not future.done():  # its caller may have been cancelled
+                        future.set_result(reply)
+        except BaseException as exc:  # cut short: what waits fails; a cancelled flush cancels them
+            await conn.disconnect()
+            for _, future in batch[at:]:
+                _settle(future, exc if isinstance(exc, Exception) else redis.ConnectionError("cancelled"))
+            if not isinstance(exc, Exception):
+                raise
+
+    async def close(self) -> None:
+        if self._flushing is not None:
+            with contextlib.suppress(Exception):
+                await self._flushing
+        self.conn.socket_timeout = self.deadline
+        await self.pool.release(self.conn)
+
+
+def _settle(future: asyncio.Future[Any], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
