@@ -31,13 +31,15 @@ FAST = {"PARTARCHIVE_WORKER_HEARTBEAT_S": "0.5"}
 
 
 def start_worker(url: str, namespace: str, *args: str, **extra: str) -> subprocess.Popen[bytes]:
-    """``partarchive worker`` as a process, from the repository's root (where `tests.runtime_jobs` is)."""
+    """``partarchive worker`` as a process, from the repository's root (where `tests.runtime_jobs` is), in a
+    process group of its own (its children's too, as a terminal's job is)."""
     return subprocess.Popen(
         [sys.executable, "-m", "archiver", "worker", *args],
         env=cli_env(url, namespace, **(FAST | extra)),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        start_new_session=True,
     )
 
 
@@ -137,7 +139,7 @@ def test_a_second_sigterm_hands_back_at_once(real_redis: redis.Redis, engine_url
     try:
         wait_for(lambda: sdk.counts()["running"] == 3, 30, "three partitions in hand")
         worker.send_signal(signal.SIGTERM)
-        time.sleep(0.5)  # draining: it would wait 60 s for what it holds
+        time.sleep(1.5)  # draining, it would wait 60 s for what it holds (a signal within 1 s is the same stop)
         began = time.monotonic()
         worker.send_signal(signal.SIGTERM)
         _, err = worker.communicate(timeout=30)
@@ -148,14 +150,24 @@ def test_a_second_sigterm_hands_back_at_once(real_redis: redis.Redis, engine_url
     assert sdk.counts()["pending"] == 10 and real_redis.xlen(sdk.keys.queue) == 0
 
 
-def test_sigterm_lets_the_partitions_in_hand_finish(real_redis: redis.Redis, engine_url: str, namespace: str) -> None:
+@pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])
+def test_a_stop_lets_the_partitions_in_hand_finish(
+    real_redis: redis.Redis, engine_url: str, namespace: str, how: str
+) -> None:
+    """SIGTERM to the supervisor, or Ctrl-C (SIGINT to the whole group: each child has it twice, from the
+    terminal and from the supervisor, which is one stop, not two): the children drain."""
     sdk = ActiveLayer(real_redis, namespace)
     sdk.create_partitions(1, 10_000, 10)
     supervisor = start_worker(engine_url, namespace, "tests.runtime_jobs:process", "--processes", "2", "--window",
                               "3", "--drain-timeout", "20", RUNTIME_JOB_SLEEP_S="0.3")  # fmt: skip
     try:
         wait_for(lambda: real_redis.xlen(sdk.keys.queue) >= 6, 30, "work under way")
-        err = stop_process(supervisor)
+        if how == "ctrl-c":
+            os.killpg(supervisor.pid, signal.SIGINT)
+            _, raw = supervisor.communicate(timeout=40)
+            err = raw.decode(errors="replace")
+        else:
+            err = stop_process(supervisor)
     finally:
         if supervisor.poll() is None:
             supervisor.kill()
