@@ -22,6 +22,7 @@ thread (daemon threads: they do not keep the program alive); its result is not u
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import threading
 import time
@@ -32,7 +33,7 @@ import redis
 import structlog
 
 from archiver.daemon.shutdown import GracefulShutdown
-from archiver.runtime.core import Duty, RunReport, RuntimeCore
+from archiver.runtime.core import TROUBLE, Duty, RunReport, RuntimeCore
 from archiver.runtime.lease import Lease
 from archiver.runtime.settings import WorkerSettings, default_worker_id
 from codec import PartitionInfo, ValidationError
@@ -115,6 +116,8 @@ class Worker:
             log.info("worker started", worker=self.worker_id, namespace=core.namespace, window=self.settings.window,
                      lease_s=self.settings.lease_s, beat_s=self.settings.beat_s)  # fmt: skip
             core.schedule[core.beat] = time.monotonic() + self.sdk._io.run(core.beat.turn())  # the clock synced
+            with contextlib.suppress(*TROUBLE):  # Redis not there yet: the slots ride it out
+                self.sdk._io.run(self.sdk._ready(self.worker_id))
             slots = [threading.Thread(target=self._slot, name=f"partarchive-slot-{i}", daemon=True)
                      for i in range(self.settings.window)]  # fmt: skip
             for thread in slots:

@@ -30,7 +30,7 @@ from typing import Any
 import structlog
 
 from archiver.daemon.shutdown import GracefulShutdown
-from archiver.runtime.core import Duty, RunReport, RuntimeCore
+from archiver.runtime.core import TROUBLE, Duty, RunReport, RuntimeCore
 from archiver.runtime.lease import Lease, LeaseLost
 from archiver.runtime.settings import WorkerSettings, default_worker_id
 from codec import PartitionInfo, ValidationError
@@ -110,6 +110,8 @@ class AsyncWorker:
             log.info("worker started", worker=self.worker_id, namespace=core.namespace, window=self.settings.window,
                      lease_s=self.settings.lease_s, beat_s=self.settings.beat_s, flavour="asyncio")  # fmt: skip
             core.schedule[core.beat] = time.monotonic() + await self.sdk._io.run(core.beat.turn())  # the clock synced
+            with contextlib.suppress(*TROUBLE):  # Redis not there yet: the slots ride it out
+                await self.sdk._io.run(self.sdk._ready(self.worker_id))
             lane = await self.sdk._io.lane()  # the slots' scripts go together, on a connection they share
             slots = [asyncio.create_task(self._slot(core, lane)) for _ in range(self.settings.window)]
             try:

@@ -128,6 +128,11 @@ class ActiveWindow:
     def _refused(self, reply: list[Any], pid: int, op: str) -> None:
         raise NotImplementedError
 
+    def _ready(self, worker_id: str) -> Steps[None]:
+        """A finish of nothing, claiming nothing: the scripts loaded where the server lacks them, before a
+        window's slots all call at once."""
+        yield from self._finish("", 0, worker_id, claim=False)
+
     def _claim_and_start(self, worker_id: str) -> Steps[PartitionInfo | None]:
         """Take the lowest pending partition (or one whose holder stopped heartbeating) and start it:
         `claim` and `start` in one call; None when nothing is pending."""
