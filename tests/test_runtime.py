@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import redis
+from prometheus_client import REGISTRY
 
 from archiver.config import Config
 from archiver.engine import async_twin
@@ -221,6 +222,9 @@ def test_the_runtime_completes_every_partition_once(engine: redis.Redis, namespa
 
     report = Running(flavour, engine, namespace, body, window=8).start(until_empty=True).join()
     assert report.ended == "empty" and (report.processed, report.items, report.failed) == (300, 2100, 0)
+    counted = {name: REGISTRY.get_sample_value(f"partarchive_runtime_{name}_total", {"namespace": namespace})
+               for name in ("partitions_processed", "items_processed", "failures", "leases_lost")}  # fmt: skip
+    assert counted == {"partitions_processed": 300, "items_processed": 2100, "failures": 0, "leases_lost": 0}
     assert set(seen.values()) == {1} and len(seen) == 300
     assert sorted(_queued_pids(engine, sdk.keys)) == list(range(1, 301))
     assert sdk.counts() == {"pending": 0, "claimed": 0, "running": 0, "failed": 0}

@@ -297,3 +297,92 @@ def test_a_go_record_cut_short_is_refused_before_any_write(real_redis: redis.Red
             with pytest.raises(DecodeError, match="partition 1"):
                 step(1, "w1")
         assert real_redis.hget(keys.active, "1") == damaged and real_redis.getbit(keys.done, 1) == 0
+
+
+def test_unreadable_records_at_the_head_of_the_pending_index_do_not_starve_claims(
+    any_redis: redis.Redis, namespace: str, flavour: Flavour
+) -> None:
+    """Issue 47: 25 unreadable records at the lowest pending ids, 75 valid ones after them."""
+    keys = KeySchema.of(namespace, client=any_redis)
+    sdk = flavour.active(any_redis, namespace)
+    sdk.create_partitions(1, 1000, 10)
+    good: bytes = any_redis.hget(keys.active, "1")  # type: ignore[assignment]
+    for pid in range(1, 26):
+        cut = good.replace(b'"partition_id":1,', f'"partition_id":{pid},'.encode())[:-9]
+        any_redis.hset(keys.active, str(pid), b"not json" if pid % 3 == 0 else cut)
+    upgrades: list[list[str]] = []
+    core = getattr(sdk, "_target", sdk)
+    real_upgrade = core._upgrade
+
+    def counted(pids: list[str], **kwargs: Any) -> Any:
+        upgrades.append(pids)
+        return real_upgrade(pids, **kwargs)
+
+    core._upgrade = counted
+    claimed = [part.partition_id for part in iter(lambda: sdk.claim("w1"), None)]
+    assert claimed == list(range(26, 101))
+    assert len(upgrades) <= 2 and sorted(int(p) for pids in upgrades for p in pids) == list(range(1, 26))
+    aside = sdk.unreadable()
+    assert {pid for pid, _ in aside} == set(range(1, 26)) and all(since > 1_700_000_000_000 for _, since in aside)
+    assert any_redis.zcard(keys.pending) == 0 and not any_redis.zscore(keys.leases, "1")
+    assert any_redis.hget(keys.active, "3") == b"not json"  # kept as it is, for an operator to look at
+    assert sdk.counts() == {"pending": 0, "claimed": 75, "running": 0, "failed": 0}
+
+    any_redis.hset(keys.active, "3", good.replace(b'"partition_id":1,', b'"partition_id":3,'))
+    assert sdk.requeue_unreadable([3, 4, 999]) == [4]  # 3 reads now; 4 does not; 999 has no record
+    assert {pid for pid, _ in sdk.unreadable()} == set(range(1, 26)) - {3}
+    assert sdk.claim("w2").partition_id == 3  # type: ignore[union-attr]
+
+
+def test_a_record_python_refuses_is_set_aside_when_claimed(any_redis: redis.Redis, namespace: str) -> None:
+    """A record in the native layout whose values Python refuses (min_id above max_id) is set aside
+    as unreadable, and the claim goes on to the next."""
+    from layers import ActiveLayer
+
+    keys = KeySchema.of(namespace, client=any_redis)
+    sdk = ActiveLayer(any_redis, namespace)
+    sdk.create_partitions(1, 20, 10)
+    raw = any_redis.hget(keys.active, "1")
+    any_redis.hset(keys.active, "1", raw.replace(b'"max_id":10', b'"max_id":-10'))  # type: ignore[union-attr]
+    assert sdk.claim("w1").partition_id == 2  # type: ignore[union-attr]
+    assert [pid for pid, _ in sdk.unreadable()] == [1]
+    assert any_redis.zscore(keys.leases, "1") is None and any_redis.zscore(keys.pending, "1") is None
+
+
+def test_unreadable_records_are_listed_shown_and_requeued_from_the_command_line(
+    engine_url: str, real_redis: redis.Redis, namespace: str
+) -> None:
+    import json
+    import re
+
+    from layers import ActiveLayer
+    from tests.helpers import run_cli, scraped
+
+    keys = KeySchema(namespace)
+    sdk = ActiveLayer(real_redis, namespace)
+    sdk.create_partitions(1, 30, 10)
+    good: bytes = real_redis.hget(keys.active, "2")  # type: ignore[assignment]
+    real_redis.hset(keys.active, "2", b'{"status":"pending","version":')
+    assert sdk.claim("w1").partition_id == 1  # type: ignore[union-attr]  # 2 set aside on the way
+    assert sdk.claim("w1").partition_id == 3  # type: ignore[union-attr]
+
+    assert scraped(real_redis, keys)["partarchive_active_unreadable"] == 1
+    status = run_cli(engine_url, namespace, "status")
+    assert re.search(r"^unreadable records +1 set aside \(partarchive dead-letters list\)$", status.stdout, re.M)
+    listed = run_cli(engine_url, namespace, "dead-letters", "list")
+    assert listed.returncode == 0 and listed.stdout.startswith("active:2  active:2  unreadable record")
+    shown = json.loads(run_cli(engine_url, namespace, "dead-letters", "show", "active:2").stdout)
+    assert shown["record"] == '{"status":"pending","version":' and shown["set_aside_ms"] > 0
+    assert run_cli(engine_url, namespace, "dead-letters", "show", "active:3").returncode == 1  # not set aside
+    bad = run_cli(engine_url, namespace, "dead-letters", "requeue", "active:x")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+    still = run_cli(engine_url, namespace, "dead-letters", "requeue", "--all")
+    assert still.returncode == 0 and "requeued 0; 1 still unreadable (active:2)" in still.stdout
+    purged = run_cli(engine_url, namespace, "dead-letters", "purge", "--all")
+    assert purged.returncode == 0 and real_redis.zscore(keys.unreadable, "2") is not None  # kept
+
+    real_redis.hset(keys.active, "2", good)  # mended by hand
+    requeued = run_cli(engine_url, namespace, "dead-letters", "requeue", "active:2")
+    assert requeued.returncode == 0 and requeued.stdout.strip() == "requeued 1"
+    assert sdk.claim("w1").partition_id == 2  # type: ignore[union-attr]
+    assert run_cli(engine_url, namespace, "dead-letters", "list").stdout.strip() == "no dead letters"

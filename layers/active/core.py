@@ -24,6 +24,7 @@ layout of its format, saying nothing new, and the step runs again.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -99,7 +100,6 @@ class ActiveCore(ActiveReads, ActiveLeader, ActiveWindow):
         # Go's times are sent only where Go's records can be; a step that meets one asks for them
         self._elk_times = record_format == "elk" or keys.elk_prefix is not None
         self._elk_second: tuple[int, str] = (-1, "")  # a second and its date and time, one object: threads share it
-        self._unreadable: set[str] = set()  # pids of records upgrade.lua found corrupt: claim passes them over
         self._workers: dict[str, str] = {}  # worker ids checked, as the JSON text the scripts compare
         # pid -> the native record as this SDK's last step on it answered (and parsed): sent with the
         # next step, whose script then need not check the record whole again (`_layout.lua`'s native_at)
@@ -169,13 +169,16 @@ class ActiveCore(ActiveReads, ActiveLeader, ActiveWindow):
             now_ms, now_s, now_elk = yield from self._clock_args()
             look = now_ms >= self._next_stale_look
             cutoff = now_ms - self._stale_ms
-            skip = f",{','.join(sorted(self._unreadable))}," if self._unreadable else ""
-            args = [worker, now_ms, now_s, *((cutoff, -cutoff) if look else ("", "")), *_trailing(now_elk, skip)]
+            args = [worker, now_ms, now_s, *((cutoff, -cutoff) if look else ("", "")), *_trailing(now_elk)]
             got = yield from self._run("claim", keys, args)
             if look:
                 self._next_stale_look = now_ms + self._stale_look_ms
             if not isinstance(got, list):
-                return self._read(got)
+                try:
+                    return self._read(got)
+                except DecodeError:  # claimed, and then found unreadable here: set aside, the next one claimed
+                    yield from self._upgrade([_pid_of(got)], aside=True)
+                    continue
             head = as_text(got[0])
             if head == "none":
                 if look:
@@ -183,13 +186,12 @@ class ActiveCore(ActiveReads, ActiveLeader, ActiveWindow):
                 self._next_stale_look = 0  # nothing pending: the leases are looked at before saying so
             elif head == "elk_time":
                 self._elk_times = True
-            else:  # 'upgrade': a record of an earlier release met first
-                pid = as_text(got[1])
-                if pid in upgraded:  # rewritten, and still in no layout: passed over from now on
-                    self._unreadable.add(pid)
-                else:
-                    self._unreadable.update((yield from self._upgrade([pid])))
-                    upgraded.add(pid)
+            else:  # 'upgrade': records of an earlier release, or unreadable ones, met first
+                pids = [as_text(pid) for pid in got[1:]]
+                if upgraded.intersection(pids):  # rewritten, and met again in no layout
+                    raise DecodeError(f"the stored records of partitions {', '.join(pids)} stay in no layout")
+                yield from self._upgrade(pids)
+                upgraded.update(pids)
 
     def _read(self, raw: bytes | str) -> PartitionInfo:
         """The record a step answered, parsed; a native one is remembered for the next step on it."""
@@ -200,10 +202,26 @@ class ActiveCore(ActiveReads, ActiveLeader, ActiveWindow):
             self._seen[part.partition_id] = raw
         return part
 
-    def _upgrade(self, pids: list[str]) -> Steps[list[str]]:
-        """Rewrite records in the layout of their format (`layers/active/lua/upgrade.lua`); returns the
-        pids whose records cannot be read."""
-        got = yield from self._run("upgrade", [self.keys.active, self.keys.leases], pids)
+    @typed
+    def _requeue_unreadable(self, pids: list[int]) -> Steps[list[int]]:
+        """Put records set aside as unreadable (`_unreadable`) back in the index of their status,
+        those that read now (mended by hand); returns the pids still unreadable, which stay aside.
+        A pid with no record leaves the set."""
+        for pid in pids:
+            check_partition_id(pid)
+        still: list[int] = []
+        for start in range(0, len(pids), 500):
+            still += [int(p) for p in (yield from self._upgrade([str(p) for p in pids[start : start + 500]]))]
+        return still
+
+    def _upgrade(self, pids: list[str], *, aside: bool = False) -> Steps[list[str]]:
+        """Rewrite records in the layout of their format and in the index of their status, and set
+        the unreadable ones aside (`layers/active/lua/upgrade.lua`), or (``aside``) set them all
+        aside; returns the pids whose records cannot be read."""
+        k = self.keys
+        now_ms = int((yield from self._now()) * 1000)
+        keys = [k.active, k.leases, k.pending, k.failed, k.unreadable]
+        got = yield from self._run("upgrade", keys, [now_ms, "aside" if aside else "", *pids])
         return [as_text(pid) for pid in got]
 
     def _step(self, script: str, keys: list[str], args: list[Any], pid: int, op: str) -> Steps[Any]:
@@ -235,32 +253,42 @@ class ActiveCore(ActiveReads, ActiveLeader, ActiveWindow):
         pending: dict[str, int] = {}
         failed: dict[str, int] = {}
         leases: dict[str, int] = {}
+        unreadable: set[str] = set()
         counts: Counter[str] = Counter()
         cursor = 0
         while True:
             cursor, page = yield one().hscan(k.active, cursor, count=1000)
             for field, raw in page.items():
+                pid = as_text(field)
                 try:
                     part = parse_active(raw)
                 except (DecodeError, ValidationError):
+                    unreadable.add(pid)
                     continue
-                pid = as_text(field)
-                counts[part.status.value] += 1
-                if part.status.value == "pending":
+                status = part.status.value
+                counts[status] += 1
+                if status == "pending":
                     pending[pid] = part.partition_id
-                elif part.status.value == "failed":
+                elif status == "failed":
                     failed[pid] = part.partition_id
-                elif part.status.value == "claimed":
+                elif status == "claimed":
                     leases[pid] = _heartbeat_ms(raw, part)
-                else:
+                elif status == "running":
                     leases[pid] = -_heartbeat_ms(raw, part)
+                # completed: held by the archival switch (`archival_held`), in none of these indexes
             if not int(cursor):
                 break
+        set_aside = {as_text(pid) for pid in (yield one().zrange(k.unreadable, 0, -1))}
+        now_ms = int((yield from self._now()) * 1000)
         batch = Batch(transaction=True)
         batch.delete(k.pending, k.failed, k.leases)
         for zset, members in ((k.pending, pending), (k.failed, failed), (k.leases, leases)):
             if members:
                 batch.zadd(zset, members)  # type: ignore[arg-type,misc]
+        if set_aside - unreadable:  # mended, or gone
+            batch.zrem(k.unreadable, *(set_aside - unreadable))
+        if unreadable - set_aside:
+            batch.zadd(k.unreadable, dict.fromkeys(unreadable - set_aside, now_ms), nx=True)  # type: ignore[misc]
         yield batch
         self._next_sync = (yield from self._now()) + _SYNC_EVERY_S
         return {s.value: counts.get(s.value, 0) for s in ACTIVE_STATUSES}
@@ -357,6 +385,17 @@ class ActiveCore(ActiveReads, ActiveLeader, ActiveWindow):
 
     def _refused(self, reply: list[Any], pid: int, op: str) -> None:
         _raise_for(reply, pid, op)
+
+    def _pid_of(self, raw: bytes | str) -> str:
+        return _pid_of(raw)
+
+
+def _pid_of(raw: bytes | str) -> str:
+    """The partition id in a record that cannot be parsed (a step wrote it: it names one)."""
+    found = re.search(rb'"partition_id":(\d{1,10})[,}]', raw if isinstance(raw, bytes) else raw.encode())
+    if found is None:
+        raise DecodeError("a claimed record names no partition id")
+    return found.group(1).decode()
 
 
 def _heartbeat_ms(raw: bytes, part: PartitionInfo) -> int:

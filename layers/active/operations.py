@@ -33,3 +33,5 @@ class ActiveOperations(ActiveCore):
     beat = operation(ActiveCore._beat)
     release = operation(ActiveCore._release)
     presence = operation(ActiveCore._presence)
+    unreadable = operation(ActiveCore._unreadable)
+    requeue_unreadable = operation(ActiveCore._requeue_unreadable)

@@ -98,7 +98,6 @@ class ActiveWindow:
     _next_stale_look: int
     _stale_ms: int
     _stale_look_ms: int
-    _unreadable: set[str]
     _latencies: LatencyBuffer
     _held_latencies: LatencyBuffer
     _seen: dict[int, bytes | str]
@@ -116,7 +115,7 @@ class ActiveWindow:
     def _sync(self) -> Steps[dict[str, int]]:
         raise NotImplementedError
 
-    def _upgrade(self, pids: list[str]) -> Steps[list[str]]:
+    def _upgrade(self, pids: list[str], *, aside: bool = False) -> Steps[list[str]]:
         raise NotImplementedError
 
     def _checked_worker(self, worker_id: str) -> str:
@@ -126,6 +125,9 @@ class ActiveWindow:
         raise NotImplementedError
 
     def _refused(self, reply: list[Any], pid: int, op: str) -> None:
+        raise NotImplementedError
+
+    def _pid_of(self, raw: bytes | str) -> str:
         raise NotImplementedError
 
     def _ready(self, worker_id: str) -> Steps[None]:
@@ -187,10 +189,9 @@ class ActiveWindow:
                 now_ms, now_s, now_elk = yield from (self._go_clock_args() if failing else self._clock_args())
                 look = claim and now_ms >= self._next_stale_look
                 cutoff = now_ms - self._stale_ms
-                skip = f",{','.join(sorted(self._unreadable))}," if self._unreadable else ""
                 stale = (cutoff, -cutoff) if look else ("", "")
                 args = [what, pid if what else "", worker, now_s, now_ms, now_elk, "claim" if claim else "",
-                        *stale, skip, *handed, seen, error_json, *retry_args]  # fmt: skip
+                        *stale, *handed, seen, error_json, *retry_args]  # fmt: skip
                 got = yield from self._run(script, keys, args)
                 head = as_text(got[0]) if isinstance(got, list) and got and not isinstance(got[0], list) else ""
                 if head in _REFUSALS:  # the finish refused: nothing written, nothing claimed
@@ -206,7 +207,7 @@ class ActiveWindow:
                 if look:
                     self._next_stale_look = now_ms + self._stale_look_ms
                 finished, following = got
-                result = (yield from self._claimed(following, look)) if claim else (None, None)
+                result = (yield from self._claimed(following, look, upgraded)) if claim else (None, None)
                 if result is _AGAIN:  # the finish is done; the claim is sent again on its own
                     if not what:
                         continue
@@ -218,11 +219,16 @@ class ActiveWindow:
         nxt, claim_error = result
         return self._finished(what, pid, finished, nxt, claim_error, taken, time.perf_counter() - started)
 
-    def _claimed(self, reply: Any, looked: bool) -> Steps[Any]:
+    def _claimed(self, reply: Any, looked: bool, upgraded: set[str]) -> Steps[Any]:
         """The claim's part of a finish's reply: (the next partition or None, the claim's refusal or
-        None), or `_AGAIN` when the claim is to be sent again (a record to upgrade first, Go's times)."""
+        None), or `_AGAIN` when the claim is to be sent again (records to upgrade or set aside first,
+        Go's times), as `ActiveCore._claim` does."""
         if not isinstance(reply, list):
-            return self._read(reply), None
+            try:
+                return self._read(reply), None
+            except DecodeError:  # claimed, and then found unreadable here: set aside, the next one claimed
+                yield from self._upgrade([self._pid_of(reply)], aside=True)
+                return _AGAIN
         head = as_text(reply[0]) if reply else ""
         if head == "none":
             if not looked:
@@ -231,10 +237,12 @@ class ActiveWindow:
         if head == "elk_time":
             self._elk_times = True
             return _AGAIN
-        if head == "upgrade":
-            pid = as_text(reply[1])
-            if (yield from self._upgrade([pid])):
-                self._unreadable.add(pid)
+        if head == "upgrade":  # records of an earlier release, or unreadable ones, met first
+            pids = [as_text(pid) for pid in reply[1:]]
+            if upgraded.intersection(pids):  # rewritten, and met again in no layout
+                raise DecodeError(f"the stored records of partitions {', '.join(pids)} stay in no layout")
+            yield from self._upgrade(pids)
+            upgraded.update(pids)
             return _AGAIN
         if head == "":  # nothing was to be claimed
             return None, None
@@ -278,32 +286,34 @@ class ActiveWindow:
         """Renew the leases of ``pids`` held by ``worker_id`` in one call; refresh its presence entry
         (``presence``, `WorkerPresence.entry`; '' = none) to expire ``presence_ttl_s`` from now; with
         ``retries``, send back to pending the failed partitions whose back-off is over. A lease
-        found lost (the partition gone, another worker's, or no longer claimed or running) is named
-        and left alone. Nothing is written when a key holds another type (`WrongKeyType`)."""
+        found lost (the partition gone, another worker's, no longer claimed or running, or its record
+        unreadable: set aside) is named and left alone. Nothing is written when a key holds another
+        type (`WrongKeyType`)."""
         worker = self._checked_worker(worker_id)
         for pid in pids:
             check_partition_id(pid)
         k = self.keys
         keys = [k.active, k.presence, k.presence_expiry, k.retries, k.failed, k.pending, *k.go_stats]
         upgraded: set[str] = set()
+        unreadable: dict[int, str] = {}  # held records no reader can read: set aside, their leases lost
         while True:
             now_ms, now_s, now_elk = yield from self._go_clock_args()
             expires = now_ms + int(presence_ttl_s * 1000) if presence else ""
             args = [worker, worker_id, now_s, now_ms, now_elk, presence, expires, RETRIES_PER_BEAT if retries else 0,
-                    *pids]  # fmt: skip
+                    *(pid for pid in pids if pid not in unreadable)]  # fmt: skip
             got = yield from self._run("beat", keys, args)
             script_error(got)
             if as_text(got[0]) == "upgrade":
                 meets = as_text(got[1])
                 if meets in upgraded or (yield from self._upgrade([meets])):
-                    raise DecodeError(f"the stored record of partition {meets} is corrupt")
+                    unreadable[int(meets)] = "corrupt"
                 upgraded.add(meets)
                 continue
             _, renewed, lost, moved, next_ms = got
             lost_pairs = [as_text(x) for x in lost]
             return Beat(
                 renewed=[int(p) for p in renewed],
-                lost={int(lost_pairs[i]): lost_pairs[i + 1] for i in range(0, len(lost_pairs), 2)},
+                lost={int(lost_pairs[i]): lost_pairs[i + 1] for i in range(0, len(lost_pairs), 2)} | unreadable,
                 retried=int(moved),
                 next_retry_at=int(next_ms) / 1000 if as_text(next_ms) else None,
             )

@@ -114,7 +114,8 @@ class SyncIO:
                 args, options = step.calls[0]
                 return self.client.execute_command(*args, **options)
             if step.transaction and self._cluster:
-                return ride_out(lambda: self._batch(step), "transaction")  # refused while its slot moves
+                # refused while its slot moves
+                return ride_out(lambda: self._batch(step), "transaction", keys=_keys(step))
             return self._batch(step)
         return perform(self.client, step)
 
@@ -171,7 +172,7 @@ class AsyncIO:
                 args, options = step.calls[0]
                 return await self.client.execute_command(*args, **options)
             if step.transaction and self._cluster:
-                return await ride_out_async(lambda: self._batch(step), "transaction")  # as `SyncIO`
+                return await ride_out_async(lambda: self._batch(step), "transaction", keys=_keys(step))  # as `SyncIO`
             return await self._batch(step)
         return await aperform(self.client, step)
 
@@ -210,6 +211,11 @@ class AsyncLane(AsyncIO):
 
     async def close(self) -> None:
         await self.kept.close()
+
+
+def _keys(step: Batch) -> list[str]:
+    """The keys of a batch's commands (each command's first argument), for `ride_out`'s metric."""
+    return [str(args[1]) for args, _ in step.calls if len(args) > 1]
 
 
 def blocking(steps: Callable[Concatenate[Any, P], Steps[T]]) -> Callable[Concatenate[Any, P], T]:

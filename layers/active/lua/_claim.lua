@@ -43,7 +43,6 @@ local function claim_partition(KEYS, ARGV, status)
   end
 
   -- any other case: a stale lease, a Go record, an index entry out of step with its record
-  local skip = ARGV[7] or ''
   local stale, pending = {}, nil
   if ARGV[4] ~= '' then
     stale, err = typed_call('zset', 'ZRANGEBYSCORE', KEYS[3], ARGV[5], ARGV[4], 'LIMIT', '0', '20')
@@ -53,8 +52,11 @@ local function claim_partition(KEYS, ARGV, status)
   end
   local cutoff = tonumber(ARGV[4] ~= '' and ARGV[4] or '0')
 
+  -- the pids met whose records are in no layout: answered for upgrade.lua, before anything is claimed
+  local upgrade = {'upgrade'}
+
   -- the record of pid and its layout, or nil and what to do with the index entry: 'drop' it,
-  -- 'skip' it (corrupt), or the reply to return
+  -- 'upgrade' it (listed in `upgrade`), or the reply to return
   local function candidate(pid)
     local raw, refused = typed_call('hash', 'HGET', KEYS[1], pid)
     if refused then
@@ -68,10 +70,8 @@ local function claim_partition(KEYS, ARGV, status)
       rec.raw = raw
       return rec
     end
-    if skip ~= '' and string.find(skip, ',' .. pid .. ',', 1, true) then
-      return nil, 'skip'
-    end
-    return nil, {'upgrade', pid}
+    upgrade[#upgrade + 1] = pid
+    return nil, 'upgrade'
   end
 
   local function lease_score(rec)
@@ -104,7 +104,7 @@ local function claim_partition(KEYS, ARGV, status)
       return err
     end
     if #pending == 0 then
-      return {'none'}
+      break
     end
     local removed = 0
     for _, pid in ipairs(pending) do
@@ -123,6 +123,9 @@ local function claim_partition(KEYS, ARGV, status)
       end
     end
     first, window = first + window + 1 - removed, 19
+  end
+  if #upgrade > 1 then
+    return upgrade
   end
   if not chosen then
     return {'none'}

@@ -7,11 +7,11 @@
 --         stale leases this time (the SDK looks at most every so often, `ActiveCore._claim`)
 -- ARGV[5] minus ARGV[4]
 -- ARGV[6] now as RFC 3339 JSON text (needed for a Go record: '' or absent otherwise)
--- ARGV[7] pids not to claim, ',pid,pid,' ('' or absent for none): records upgrade.lua found corrupt
 -- (Numbers come as the text Redis is sent: Lua would format a number it computes for a command.)
--- Returns the claimed record's JSON | {'none'} | {'upgrade', pid}: the record of pid is in
--- neither layout of `_layout.lua` | {'elk_time'}: a Go record, and no ARGV[6]; nothing was
--- written unless it answers a record.
+-- Returns the claimed record's JSON | {'none'} | {'upgrade', pid, ...}: the records of those pids
+-- are in neither layout of `_layout.lua` (upgrade.lua rewrites them, or sets the unreadable ones
+-- aside, out of every index) | {'elk_time'}: a Go record, and no ARGV[6]; nothing was written
+-- unless it answers a record.
 -- Looks at the first 20 stale leases and about the first 20 pending pids.
 -- A lease's score is its heartbeat as the index last saw it, positive while claimed and negative
 -- while running (`KeySchema.leases`). Heartbeats do not move it: a lease that looks stale here

@@ -15,11 +15,11 @@
 -- ARGV[6] now as RFC 3339 JSON text ('' where no Go record is expected: a step meeting one answers
 --         'elk_time')
 -- ARGV[7] 'claim' to claim and start the next partition, '' not to
--- ARGV[8], ARGV[9], ARGV[10] claim.lua's ARGV[4], ARGV[5], ARGV[7]: the stale lease cutoff (unix ms;
---         '' = do not look this time), minus it, the pids not to claim
--- ARGV[11], ARGV[12] complete.lua's ARGV[7], ARGV[8]: completion latencies handed ('' = none)
--- ARGV[13] complete.lua's ARGV[9]: the record as the caller's last step on it answered ('' = not known)
--- ARGV[14..18] finish_failed.lua's (not read here)
+-- ARGV[8], ARGV[9] claim.lua's ARGV[4], ARGV[5]: the stale lease cutoff (unix ms; '' = do not look
+--         this time), minus it
+-- ARGV[10], ARGV[11] complete.lua's ARGV[7], ARGV[8]: completion latencies handed ('' = none)
+-- ARGV[12] complete.lua's ARGV[9]: the record as the caller's last step on it answered ('' = not known)
+-- ARGV[13..17] finish_failed.lua's (not read here)
 -- Returns the finish's refusal, with nothing written and nothing claimed: {'err', code, detail} |
 -- {'upgrade'} (the record is in no layout of `_layout.lua`) | {'elk_time'} (a Go record, no ARGV[6]);
 -- or {finished, next}: finished is complete.lua's answer ('<entry id> <archived JSON>' | {'held',
@@ -38,7 +38,7 @@ if what == 'complete' then
     return refused
   end
   finished = complete_partition({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], go},
-    {pid, worker, now_s, now_elk, '', now_ms, ARGV[11], ARGV[12], ARGV[13]})
+    {pid, worker, now_s, now_elk, '', now_ms, ARGV[10], ARGV[11], ARGV[12]})
   local answer = type(finished) == 'table' and finished[1]
   if answer and answer ~= 'held' and answer ~= 'already' then
     return finished
@@ -52,4 +52,4 @@ if ARGV[7] ~= 'claim' then
   return {finished, ''}
 end
 return {finished, claim_partition({KEYS[1], KEYS[8], KEYS[2], go},
-  {worker, now_ms, now_s, ARGV[8], ARGV[9], now_elk, ARGV[10]}, 'running')}
+  {worker, now_ms, now_s, ARGV[8], ARGV[9], now_elk}, 'running')}
