@@ -420,3 +420,14 @@ def test_a_bound_namespace_keeps_go_records_exact(real_redis: redis.Redis, prefi
     assert decode_elk(back).last_heartbeat.is_zero
     with pytest.raises(InvalidTransition):
         sdk.complete_and_claim(5, "py-1")
+
+
+def test_an_unreadable_record_is_set_aside_and_the_rest_drained(
+    real_redis: redis.Redis, namespace: str, flavour: str
+) -> None:
+    sdk = ActiveLayer(real_redis, namespace)
+    sdk.create_partitions(1, 100, 10)
+    real_redis.hset(sdk.keys.active, "3", b'{"status":"pending","worker_id":"","version":0,"oops"')
+    report = Running(flavour, real_redis, namespace, lambda p, lease: None, window=3).start(until_empty=True).join()
+    assert report.processed == 9 and sorted(_queued_pids(real_redis, sdk.keys)) == [1, 2, 4, 5, 6, 7, 8, 9, 10]
+    assert [pid for pid, _ in sdk.unreadable()] == [3]
