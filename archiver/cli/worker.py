@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from archiver.cli.args import CliError, check_port
-from archiver.cli.run import _port_error, _when_ready
+from archiver.cli.run import _port_error, _when_ready, child_starter, serve_group_metrics
 from archiver.cli.target import open_namespace
 from archiver.config import Config
 from codec import ValidationError
@@ -135,28 +135,15 @@ def _turning(probe: Any, worker: Any) -> None:
 def _supervise(args: argparse.Namespace, config: Config) -> int:
     """``--processes N`` children under the supervisor; with ``--metrics-port`` it serves the group's
     metrics (the children then start as new interpreters, as for ``run``)."""
-    from archiver.daemon.children import can_fork, forker, spawner
     from archiver.daemon.supervisor import Supervisor
 
     metrics = None
     if args.metrics_port is not None:
-        from archiver.daemon.group_metrics import GroupMetrics
-
         ns = _when_ready(lambda: open_namespace(config, existing=False))
-        metrics = GroupMetrics([ns.archive], role="worker")
-        try:
-            metrics.serve(args.metrics_port, args.metrics_host)
-        except OSError as exc:
-            metrics.close()
-            raise CliError(_port_error(args, exc)) from None
-    if metrics is None and can_fork():
-        from archiver.cli.main import main
-
-        start = forker(args.argv, main)
-    else:
-        start = spawner(args.argv, dict(os.environ) | (metrics.child_env if metrics is not None else {}))
-    supervisor = Supervisor(start, config.drain_timeout_s if args.drain_timeout is None else args.drain_timeout,
-                            args.processes, metrics=metrics, role="worker", until_done=args.until_empty)  # fmt: skip
+        metrics = serve_group_metrics(args, [ns.archive], "worker")
+    drain_s = config.drain_timeout_s if args.drain_timeout is None else args.drain_timeout
+    supervisor = Supervisor(child_starter(args, metrics), drain_s, args.processes, metrics=metrics, role="worker",
+                            until_done=args.until_empty)  # fmt: skip
     try:
         return supervisor.run()
     finally:

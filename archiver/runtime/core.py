@@ -21,6 +21,7 @@ The runtime adds no Redis logic of its own: its Redis work is the SDK's steps (`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -52,6 +53,8 @@ BACKOFF_MAX_S = 30.0
 ERROR_LINE_CHARS = 500
 #: How often at most a process asks whether the namespace is empty (``until_empty``), whatever its window.
 EMPTY_CHECK_S = 0.25
+#: The longest the main loop waits between looks at its stop (a signal, or another thread's `stop`).
+TICK_S = 0.1
 
 
 class Outcome(NamedTuple):
@@ -77,6 +80,15 @@ class Flavour(Protocol):
 
     def poke(self) -> None:
         """Something the main loop waits for happened (a slot ended, a duty is due sooner)."""
+
+    def wake(self) -> None:
+        """Wake the slots that wait (for work, for the breaker): the worker stops, or found nothing left."""
+
+    def tick(self, seconds: float) -> Any:
+        """The main loop's wait: ``seconds``, or until `poke` (a `Call` step's function)."""
+
+    def slots_alive(self) -> bool:
+        """Whether any slot still runs."""
 
 
 class Duty(Protocol):
@@ -143,10 +155,6 @@ class RuntimeCore:
     @property
     def in_hand(self) -> int:
         return len(self._hand)
-
-    def stop(self) -> None:
-        self.stopping = True
-        self.flavour.poke()
 
     def report(self) -> RunReport:
         return RunReport(self.worker_id, self.processed, self.items, self.failed, self.retried, self.leases_lost,
@@ -384,6 +392,49 @@ class RuntimeCore:
         self.handed_back += len(handed)
         self._m["handed_back"].inc(len(handed))
         return handed
+
+    # the process's life
+
+    def begin(self) -> Steps[None]:
+        """Before the slots start: the first beat (the presence entry, the server's clock), and the
+        scripts loaded, so the window's slots do not all load them at once."""
+        log.info("worker started", worker=self.worker_id, namespace=self.namespace, window=self.settings.window,
+                 lease_s=self.settings.lease_s, beat_s=self.settings.beat_s)  # fmt: skip
+        self.schedule[self.beat] = time.monotonic() + (yield from self.beat.turn())
+        with contextlib.suppress(*TROUBLE):  # Redis not there yet: the slots ride it out
+            yield from self.sdk._ready(self.worker_id)
+
+    def supervise(self, stop: threading.Event, now: threading.Event) -> Steps[None]:
+        """The main loop, beside the slots: the duties when due, the drain once ``stop`` is set, until
+        the slots end, or the drain timeout (or ``now``: a second stop) passes."""
+        deadline: float | None = None
+        while True:
+            at = time.monotonic()
+            for duty, due in list(self.schedule.items()):
+                if at >= due:
+                    self.schedule[duty] = time.monotonic() + (yield from duty.turn())
+            if not self.flavour.slots_alive():
+                return
+            if stop.is_set() and deadline is None:
+                deadline = at + self.settings.drain_timeout_s
+                self.stopping = True
+                self.flavour.wake()
+                log.info("draining", worker=self.worker_id, in_hand=self.in_hand,
+                         deadline_s=self.settings.drain_timeout_s)  # fmt: skip
+            if now.is_set() or (deadline is not None and at >= deadline):
+                return
+            if self.drained:
+                self.flavour.wake()
+            until = min([*self.schedule.values(), deadline or float("inf"), at + TICK_S])
+            yield Call(self.flavour.tick, (max(0.0, until - time.monotonic()),))
+
+    def end(self) -> Steps[RunReport]:
+        """After the main loop: what is in hand handed back, the presence entry gone; what it did."""
+        yield from self.hand_back()
+        report = self.report()
+        log.info("worker stopped", worker=self.worker_id, processed=report.processed, failed=report.failed,
+                 lost=report.leases_lost, handed_back=report.handed_back, ended=report.ended)  # fmt: skip
+        return report
 
     # errors that pass
 

@@ -22,140 +22,59 @@ thread (daemon threads: they do not keep the program alive); its result is not u
 
 from __future__ import annotations
 
-import contextlib
-import inspect
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
-import redis
 import structlog
 
 from archiver.daemon.shutdown import GracefulShutdown
-from archiver.runtime.core import TROUBLE, Duty, RunReport, RuntimeCore
+from archiver.runtime.base import RuntimeProcess
+from archiver.runtime.core import RunReport, RuntimeCore
 from archiver.runtime.lease import Lease
-from archiver.runtime.settings import WorkerSettings, default_worker_id
-from codec import PartitionInfo, ValidationError
+from codec import PartitionInfo
 from layers.active.sdk import ActiveLayer
-from layers.active.window import RetryPolicy
-from layers.keys import KeySchema
 
 log = structlog.get_logger("partarchive.worker")
-
-#: The longest the main thread sleeps between looks at its stop and its slots.
-TICK_S = 0.5
 
 Process = Callable[[PartitionInfo, Lease], Any]
 
 
-class Worker:
-    """A worker runtime process on threads. ``process(partition, lease)`` does the user's work and
-    returns the number of items it processed (None: the partition's ID count); raising fails the
-    partition (retried by ``retry``). The other arguments: `WorkerSettings` and `ActiveLayer`'s."""
+class Worker(RuntimeProcess):
+    """A worker runtime process on threads (`RuntimeProcess`'s arguments; ``client`` a `redis.Redis`)."""
 
-    def __init__(
-        self,
-        client: redis.Redis,
-        namespace: str | KeySchema = "elk",
-        process: Process | None = None,
-        *,
-        window: int = 3,
-        worker_id: str | None = None,
-        heartbeat_s: float = 10.0,
-        lease_s: float = 300.0,
-        drain_timeout_s: float = 10.0,
-        retry: RetryPolicy | None = None,
-        breaker_failures: int = 3,
-        breaker_cooldown_s: float = 30.0,
-        cluster: bool = False,
-        elk_prefix: str | None = None,
-        record_format: str | None = None,
-        clock: Callable[[], float] | None = None,
-        settings: WorkerSettings | None = None,
-    ) -> None:
-        if process is None or not callable(process):
-            raise ValidationError("process must be a function process(partition, lease)")
-        if inspect.iscoroutinefunction(process):
-            raise ValidationError("process is a coroutine function: run it with AsyncWorker")
-        self.process = process
-        self.settings = settings or WorkerSettings(
-            window=window, heartbeat_s=heartbeat_s, lease_s=lease_s, drain_timeout_s=drain_timeout_s,
-            retry=retry or RetryPolicy(), breaker_failures=breaker_failures, breaker_cooldown_s=breaker_cooldown_s,
-        )  # fmt: skip
-        self.worker_id = worker_id or default_worker_id()
-        self.sdk = ActiveLayer(client, namespace, cluster=cluster, lease_timeout=self.settings.lease_s,
-                               clock=clock, elk_prefix=elk_prefix, record_format=record_format)  # fmt: skip
-        self.sdk._checked_worker(self.worker_id)
-        self._stop = threading.Event()  # drain
-        self._now = threading.Event()  # hand back at once
+    _sdk_class = ActiveLayer
+    _wants_coroutine = False
+    sdk: ActiveLayer
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self._wake = threading.Event()  # idle slots: the worker stops, or found the namespace empty
         self._hard = threading.Event()  # slots riding out errors on a finish: what they hold was handed back
         self._tick = threading.Event()  # the main thread: something changed
-        self.core: RuntimeCore | None = None
-
-    @property
-    def duties(self) -> dict[Duty, float]:
-        """The running core's duties and when each is next due (to add one: ``worker.duties[duty] = 0``)."""
-        assert self.core is not None, "the worker is not running"
-        return self.core.schedule
+        self._slots: list[threading.Thread] = []
 
     def stop(self, *, now: bool = False) -> None:
-        """Stop claiming and let the partitions in hand finish (within the drain timeout); with
-        ``now``, hand them back at once. Safe from any thread."""
-        self._stop.set()
-        if now:
-            self._now.set()
+        super().stop(now=now)
         self._tick.set()
 
     def run(self, *, until_empty: bool = False, install_signals: bool = True) -> RunReport:
         """Work until stopped (or, ``until_empty``, until nothing is pending or running); returns what it did."""
         core = self.core = RuntimeCore(self.sdk, self.settings, self.worker_id, _Threads(self), until_empty=until_empty)
+        io = self.sdk._io
         shutdown = GracefulShutdown(self._stop, self.settings.drain_timeout_s, now=self._now, grace_s=5.0)
         with shutdown.installed(install_signals):
-            log.info("worker started", worker=self.worker_id, namespace=core.namespace, window=self.settings.window,
-                     lease_s=self.settings.lease_s, beat_s=self.settings.beat_s)  # fmt: skip
-            core.schedule[core.beat] = time.monotonic() + self.sdk._io.run(core.beat.turn())  # the clock synced
-            with contextlib.suppress(*TROUBLE):  # Redis not there yet: the slots ride it out
-                self.sdk._io.run(self.sdk._ready(self.worker_id))
-            slots = [threading.Thread(target=self._slot, name=f"partarchive-slot-{i}", daemon=True)
-                     for i in range(self.settings.window)]  # fmt: skip
-            for thread in slots:
+            io.run(core.begin())
+            self._slots = [threading.Thread(target=self._slot, name=f"partarchive-slot-{i}", daemon=True)
+                           for i in range(self.settings.window)]  # fmt: skip
+            for thread in self._slots:
                 thread.start()
-            self._supervise(core, slots)
-            self._hard.set()
-            self.sdk._io.run(core.hand_back())
-            for thread in slots:
-                thread.join(0.5 if not thread.is_alive() else 0.0)
-        report = core.report()
-        log.info("worker stopped", worker=self.worker_id, processed=report.processed, failed=report.failed,
-                 lost=report.leases_lost, handed_back=report.handed_back, ended=report.ended)  # fmt: skip
-        return report
-
-    def _supervise(self, core: RuntimeCore, slots: list[threading.Thread]) -> None:
-        """The main thread's loop: the duties when due, the drain when stopped, until the slots end or
-        the drain deadline (or a second stop) passes."""
-        deadline: float | None = None
-        while True:
-            now = time.monotonic()
-            for duty, at in list(core.schedule.items()):
-                if now >= at:
-                    core.schedule[duty] = time.monotonic() + self.sdk._io.run(duty.turn())
-            if not any(thread.is_alive() for thread in slots):
-                return
-            if self._stop.is_set() and deadline is None:
-                deadline = now + self.settings.drain_timeout_s
-                core.stop()
-                self._wake.set()
-                log.info("draining", worker=self.worker_id, in_hand=core.in_hand,
-                         deadline_s=self.settings.drain_timeout_s)  # fmt: skip
-            if self._now.is_set() or (deadline is not None and now >= deadline):
-                return
-            if core.drained:
-                self._wake.set()
-            until = min([*core.schedule.values(), deadline or float("inf"), now + TICK_S])
-            self._tick.wait(max(0.0, until - time.monotonic()))
-            self._tick.clear()
+            try:
+                io.run(core.supervise(self._stop, self._now))
+            finally:
+                self._hard.set()
+                report = io.run(core.end())
+            return report
 
     def _slot(self) -> None:
         assert self.core is not None
@@ -190,3 +109,13 @@ class _Threads:
 
     def poke(self) -> None:
         self.worker._tick.set()
+
+    def wake(self) -> None:
+        self.worker._wake.set()
+
+    def tick(self, seconds: float) -> None:
+        self.worker._tick.wait(seconds)
+        self.worker._tick.clear()
+
+    def slots_alive(self) -> bool:
+        return any(thread.is_alive() for thread in self.worker._slots)

@@ -33,3 +33,29 @@ local function retried_record(hash, pid, clock)
   end
   return encode_record(rec)
 end
+
+-- The failed partitions among `pids` of `hash` made pending again (`retried_record`), read and
+-- checked, nothing written: {{pid, record}, ...}, and the pids whose index entries are to go (no
+-- record, or not failed any more).
+local function retries_of(hash, pids, clock)
+  local back, gone = {}, {}
+  for _, pid in ipairs(pids) do
+    local out, why = retried_record(hash, pid, clock)
+    if out then
+      back[#back + 1] = {pid, out}
+    elseif why == 'gone' then
+      gone[#gone + 1] = pid
+    end
+  end
+  return back, gone
+end
+
+-- Writes what `retries_of` made: each record back in `hash`, out of the `failed` index, into `pending`.
+local function write_retries(hash, failed, pending, back)
+  for _, item in ipairs(back) do
+    local pid = item[1]
+    redis.call('HSET', hash, pid, item[2])
+    redis.call('ZREM', failed, pid)
+    redis.call('ZADD', pending, tonumber(pid), pid)
+  end
+end

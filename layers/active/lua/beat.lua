@@ -48,16 +48,7 @@ local due = {}
 if tonumber(ARGV[8]) > 0 then
   due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms, 'LIMIT', '0', ARGV[8])
 end
-local clock = {s = now_s, elk = now_elk}
-local back, dropped = {}, {}
-for _, pid in ipairs(due) do
-  local out, why = retried_record(KEYS[1], pid, clock)
-  if out then
-    back[#back + 1] = {pid, out}
-  elseif why == 'gone' then
-    dropped[#dropped + 1] = pid
-  end
-end
+local back, dropped = retries_of(KEYS[1], due, {s = now_s, elk = now_elk})
 local plan, err = {}, nil
 if #back > 0 then
   plan, err = go_stats_read(KEYS[7], 'failed', 'pending')
@@ -79,12 +70,9 @@ for _, gone in ipairs(expired) do
     redis.call('ZREM', KEYS[3], gone)
   end
 end
+write_retries(KEYS[1], KEYS[5], KEYS[6], back)
 for _, item in ipairs(back) do
-  local pid = item[1]
-  redis.call('HSET', KEYS[1], pid, item[2])
-  redis.call('ZREM', KEYS[5], pid)
-  redis.call('ZADD', KEYS[6], tonumber(pid), pid)
-  redis.call('ZREM', KEYS[4], pid)
+  redis.call('ZREM', KEYS[4], item[1])
   go_stats_write(plan)
 end
 for _, pid in ipairs(dropped) do

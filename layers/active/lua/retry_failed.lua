@@ -12,25 +12,13 @@ if bad_type then
   return bad_type
 end
 local pids = redis.call('ZRANGE', KEYS[2], 0, tonumber(ARGV[3]) - 1)
-local clock = {s = ARGV[1], elk = ARGV[2]}
-local retry, gone = {}, {}
-for _, pid in ipairs(pids) do
-  local out, why = retried_record(KEYS[1], pid, clock)
-  if out then
-    retry[#retry + 1] = {pid, out}
-  elseif why == 'gone' then
-    gone[#gone + 1] = pid
-  end
-end
+local retry, gone = retries_of(KEYS[1], pids, {s = ARGV[1], elk = ARGV[2]})
 for _, pid in ipairs(gone) do
   redis.call('ZREM', KEYS[2], pid)
 end
+write_retries(KEYS[1], KEYS[2], KEYS[3], retry)
 for _, item in ipairs(retry) do
-  local pid = item[1]
-  redis.call('HSET', KEYS[1], pid, item[2])
-  redis.call('ZREM', KEYS[2], pid)
-  redis.call('ZADD', KEYS[3], tonumber(pid), pid)
-  redis.call('HDEL', KEYS[4], pid)
+  redis.call('HDEL', KEYS[4], item[1])
 end
 if #retry > 0 and KEYS[5] then
   redis.call('HINCRBY', KEYS[5], 'failed', -#retry)
