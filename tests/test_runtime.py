@@ -431,3 +431,51 @@ def test_an_unreadable_record_is_set_aside_and_the_rest_drained(
     report = Running(flavour, real_redis, namespace, lambda p, lease: None, window=3).start(until_empty=True).join()
     assert report.processed == 9 and sorted(_queued_pids(real_redis, sdk.keys)) == [1, 2, 4, 5, 6, 7, 8, 9, 10]
     assert [pid for pid, _ in sdk.unreadable()] == [3]
+
+
+def test_a_duty_runs_beside_the_slots(real_redis: redis.Redis, namespace: str, flavour: str) -> None:
+    """A process's work by the clock (a leader's, say): turned when due, as the beat is."""
+    ActiveLayer(real_redis, namespace).create_partitions(1, 100, 10)
+
+    class Counting:
+        name = "counting"
+
+        def __init__(self) -> None:
+            self.turns = 0
+
+        def turn(self) -> Any:
+            self.turns += 1
+            yield from ()
+            return 0.05
+
+    duty = Counting()
+    run = Running(flavour, real_redis, namespace, lambda p, lease: lease.wait_lost(30), window=1)
+    run.worker.add_duty(duty)
+    run.start()
+    wait_for(lambda: duty.turns >= 3, 10, "the duty turned again and again")
+    run.stop(now=True)
+    assert run.worker.core.schedule.keys() >= {duty}
+
+
+def test_signals_come_as_one_stop_a_second_then_hand_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C reaches a supervisor's children twice (the terminal's and the supervisor's): one stop; a
+    second request, a second later or more, hands back at once."""
+    import signal
+
+    from archiver.daemon import shutdown
+
+    clock = [100.0]
+    monkeypatch.setattr(shutdown.time, "monotonic", lambda: clock[0])
+    stop, now = threading.Event(), threading.Event()
+    guard = shutdown.GracefulShutdown(stop, 3600, now=now)
+    try:
+        guard.handle(signal.SIGINT, None)
+        clock[0] += 0.01
+        guard.handle(signal.SIGTERM, None)  # the same stop, by the supervisor
+        assert stop.is_set() and not now.is_set()
+        clock[0] += 2.0
+        guard.handle(signal.SIGINT, None)
+        assert now.is_set()
+    finally:
+        assert guard._deadline is not None
+        guard._deadline.cancel()

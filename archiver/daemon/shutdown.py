@@ -4,8 +4,9 @@ hand, flush, leave), a second signal or the drain deadline exits at once.
 A loop that has something to do before it exits (the worker runtime hands its partitions back) keeps
 its own deadline: it is given a ``now`` event, which the second signal sets instead of exiting (a
 third exits), and the hard deadline comes ``grace_s`` after the drain timeout, in case it cannot. A
-signal within `SAME_STOP_S` of the first is the same stop, not a second: Ctrl-C reaches a supervisor's
-children both from the terminal and from the supervisor, as a stop of a whole control group does.
+signal within `SAME_STOP_S` of the one before is the same request, not another: Ctrl-C reaches a
+supervisor's children both from the terminal and from the supervisor, as a stop of a whole control
+group does.
 
 The handlers are installed by `GracefulShutdown.installed` around a loop's ``run()`` and the
 previous ones restored when it returns; outside the main thread nothing is installed (a
@@ -26,7 +27,7 @@ from typing import Any
 import structlog
 
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-#: With a ``now`` event: signals this close to the first are one stop.
+#: With a ``now`` event: a signal this close to the last one taken is the same request.
 SAME_STOP_S = 1.0
 
 log = structlog.get_logger("partarchive.shutdown")
@@ -41,7 +42,7 @@ class GracefulShutdown:
         self.now = now
         self.grace_s = grace_s
         self._deadline: threading.Timer | None = None
-        self._first_at = 0.0
+        self._last_at = float("-inf")
 
     @contextmanager
     def installed(self, enabled: bool = True) -> Iterator[None]:
@@ -58,9 +59,12 @@ class GracefulShutdown:
                 self._deadline.cancel()
 
     def handle(self, signum: int, _frame: FrameType | None) -> None:
+        if self.now is not None:
+            at = time.monotonic()
+            if at - self._last_at < SAME_STOP_S:
+                return  # the same request as the signal before, come by another way
+            self._last_at = at
         if self.stop.is_set():
-            if self.now is not None and time.monotonic() - self._first_at < SAME_STOP_S:
-                return  # the same stop, come by another way
             if self.now is not None and not self.now.is_set():
                 log.warning("second signal, stopping now", signal=signum)
                 self.now.set()
@@ -68,7 +72,6 @@ class GracefulShutdown:
             log.warning("second signal, exiting now", signal=signum)
             os._exit(128 + signum)
         log.info("draining", signal=signum, deadline_s=self.drain_timeout_s)
-        self._first_at = time.monotonic()
         self.stop.set()
         deadline = self._deadline = threading.Timer(self.drain_timeout_s + self.grace_s, hard_exit, args=(signum,))
         deadline.daemon = True

@@ -63,13 +63,13 @@ class RuntimeProcess:
         self.sdk._checked_worker(self.worker_id)
         self._stop = threading.Event()  # drain: set by `stop`, a signal, any thread
         self._now = threading.Event()  # hand back at once
+        self._duties: list[Duty] = []
         self.core: RuntimeCore | None = None
 
-    @property
-    def duties(self) -> dict[Duty, float]:
-        """The running core's duties and when each is next due (to add one: ``worker.duties[duty] = 0``)."""
-        assert self.core is not None, "the worker is not running"
-        return self.core.schedule
+    def add_duty(self, duty: Duty) -> None:
+        """Work for the process to do by the clock beside its slots, from its next `run` on (a leader's,
+        say): `Duty.turn` is run when due, on the loop that runs the beat, first as the run begins."""
+        self._duties.append(duty)
 
     def stop(self, *, now: bool = False) -> None:
         """Stop claiming and let the partitions in hand finish (within the drain timeout); with

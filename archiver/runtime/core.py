@@ -119,7 +119,14 @@ class RuntimeCore:
     """The state and the steps of one runtime process (no I/O and no concurrency of its own)."""
 
     def __init__(
-        self, sdk: ActiveCore, settings: WorkerSettings, worker_id: str, flavour: Flavour, *, until_empty: bool
+        self,
+        sdk: ActiveCore,
+        settings: WorkerSettings,
+        worker_id: str,
+        flavour: Flavour,
+        *,
+        until_empty: bool,
+        duties: tuple[Duty, ...] = (),
     ) -> None:
         self.sdk = sdk
         self.settings = settings
@@ -139,8 +146,8 @@ class RuntimeCore:
         self.beats = 0  # beats tried, whether Redis answered or not (a probe's sign of life)
         self._next_empty_check = 0.0
         self.beat = BeatDuty(self)
-        #: Each duty and when it is next due (monotonic); a leader is one more.
-        self.schedule: dict[Duty, float] = {self.beat: 0.0}
+        #: Each duty and when it is next due (monotonic): the beat, and those added (a leader's, say).
+        self.schedule: dict[Duty, float] = {self.beat: 0.0, **dict.fromkeys(duties, 0.0)}
         metrics.start_series(self.namespace)
         m = {name: metric.labels(namespace=self.namespace) for name, metric in _METRICS.items()}
         self._m = m

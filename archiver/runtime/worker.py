@@ -60,7 +60,9 @@ class Worker(RuntimeProcess):
 
     def run(self, *, until_empty: bool = False, install_signals: bool = True) -> RunReport:
         """Work until stopped (or, ``until_empty``, until nothing is pending or running); returns what it did."""
-        core = self.core = RuntimeCore(self.sdk, self.settings, self.worker_id, _Threads(self), until_empty=until_empty)
+        core = self.core = RuntimeCore(
+            self.sdk, self.settings, self.worker_id, _Threads(self), until_empty=until_empty, duties=tuple(self._duties)
+        )
         io = self.sdk._io
         shutdown = GracefulShutdown(self._stop, self.settings.drain_timeout_s, now=self._now, grace_s=5.0)
         with shutdown.installed(install_signals):

@@ -57,7 +57,9 @@ class AsyncWorker(RuntimeProcess):
     async def run(self, *, until_empty: bool = False, install_signals: bool = True) -> RunReport:
         """As `Worker.run`, awaited."""
         self._wake, self._hard, self._tick = asyncio.Event(), asyncio.Event(), asyncio.Event()
-        core = self.core = RuntimeCore(self.sdk, self.settings, self.worker_id, _Tasks(self), until_empty=until_empty)
+        core = self.core = RuntimeCore(
+            self.sdk, self.settings, self.worker_id, _Tasks(self), until_empty=until_empty, duties=tuple(self._duties)
+        )
         io = self.sdk._io
         shutdown = GracefulShutdown(self._stop, self.settings.drain_timeout_s, now=self._now, grace_s=5.0)
         with shutdown.installed(install_signals):
