@@ -245,8 +245,8 @@ class RuntimeCore:
         while True:
             claim = first and not self.done and not opens and not self.breaker.wait_s()
             try:
-                if outcome.error is None:
-                    done = yield from self.sdk._complete_and_claim(pid, self.worker_id, claim=claim)
+                if outcome.error is None:  # the SDK's `complete_and_claim`, less the check of a pid it gave us
+                    done = yield from self.sdk._finish("complete", pid, self.worker_id, claim=claim)
                 else:
                     done = yield from self.sdk._fail_and_claim(
                         pid, self.worker_id, outcome.error, retry=self.settings.retry, claim=claim

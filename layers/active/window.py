@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from codec import DecodeError, PartArchiveError, PartitionInfo, ValidationError
 from codec.elk import parse_active
@@ -64,9 +64,9 @@ class RetryPolicy:
         return [self.max_attempts, int(self.backoff_s * 1000), int(self.backoff_max_s * 1000), draw]
 
 
-@dataclass(frozen=True, slots=True)
-class Finished:
-    """What a finish did (`ActiveLayer.complete_and_claim`, `ActiveLayer.fail_and_claim`)."""
+class Finished(NamedTuple):
+    """What a finish did (`ActiveLayer.complete_and_claim`, `ActiveLayer.fail_and_claim`); a tuple, as one
+    is made a partition."""
 
     partition_id: int
     outcome: str  # 'completed' (queued for the archiver), 'held' (paused or outside the share),
@@ -193,8 +193,8 @@ class ActiveWindow:
                 args = [what, pid if what else "", worker, now_s, now_ms, now_elk, "claim" if claim else "",
                         *stale, *handed, seen, error_json, *retry_args]  # fmt: skip
                 got = yield from self._run(script, keys, args)
-                head = as_text(got[0]) if isinstance(got, list) and got and not isinstance(got[0], list) else ""
-                if head in _REFUSALS:  # the finish refused: nothing written, nothing claimed
+                head = _refusal(got)
+                if head:  # the finish refused: nothing written, nothing claimed
                     if head == "elk_time":
                         self._elk_times = True
                         continue
@@ -207,7 +207,7 @@ class ActiveWindow:
                 if look:
                     self._next_stale_look = now_ms + self._stale_look_ms
                 finished, following = got
-                result = (yield from self._claimed(following, look, upgraded)) if claim else (None, None)
+                result: Any = (yield from self._claimed(following, look, upgraded)) if claim else (None, None)
                 if result is _AGAIN:  # the finish is done; the claim is sent again on its own
                     if not what:
                         continue
@@ -346,9 +346,21 @@ class ActiveWindow:
         return now_ms, now_s, now_elk
 
 
+def _refusal(reply: Any) -> str:
+    """A finish's refusal ('err', 'upgrade', 'elk_time'), or '' for {finished, next}; the first element of
+    the latter is not read whole (a queue entry: a few hundred bytes)."""
+    first = reply[0] if type(reply) is list and reply else None
+    if (type(first) is bytes and len(first) <= 8) or (type(first) is str and len(first) <= 8):
+        head = as_text(first)
+        return head if head in _REFUSALS else ""
+    return ""
+
+
 def _completion_parts(reply: Any) -> tuple[str, str | None]:
     """The outcome of a completion as ``complete.lua`` answers it, and its queue entry's id."""
-    if not isinstance(reply, list):  # '<entry id> <queue entry>'
+    if type(reply) is bytes:  # b'<entry id> <queue entry>'
+        return "completed", reply[: reply.index(b" ")].decode()
+    if not isinstance(reply, list):
         return "completed", as_text(reply).partition(" ")[0]
     return ("held" if as_text(reply[0]) == "held" else "already"), None
 

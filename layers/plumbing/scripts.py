@@ -20,6 +20,7 @@ the steps only the error it got, if any. On asyncio, a read-only script's first 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import hashlib
@@ -432,66 +433,90 @@ class KeptConnection:
 
 class AsyncKeptConnection:
     """`KeptConnection` on asyncio, shared by the tasks of one loop (`layers.plumbing.steps.AsyncLane`:
-    a worker runtime's slots), its calls pipelined: a call is queued, and what the queue holds is
-    written at once when the loop next turns, the replies read in their order (as ioredis's
-    auto-pipelining does). So N tasks that call together cost one write and one wake-up of the
-    loop, not N: on asyncio what a call costs the client (a system call, a turn of the loop) is most
-    of it. Each batch goes under one deadline (the pool's socket timeout; redis.asyncio's own would
-    make a task of each write). A batch cut short fails every call of it still waiting (the
-    connection closed by redis-py, open again at its next use): none is sent again here. Made by
-    `take`."""
+    a worker runtime's slots), its calls pipelined: a call is queued, what the queue holds is written
+    at once when the loop next turns, and the replies are read in their order by a reader of their
+    own, while later calls are written (as ioredis's auto-pipelining does). So N tasks that call
+    together cost one write and one wake-up of the loop, not N, and neither side waits for the
+    other's batch: on asyncio what a call costs the client (a system call, a turn of the loop) is
+    most of it. A write, and a read while replies are awaited, go under the pool's socket timeout
+    (redis.asyncio's own would make a task of each write). A connection cut short fails every call
+    still waiting for its reply (redis-py closes it; it opens again at the next write): none is
+    sent again here. Made by `take`."""
 
     def __init__(self, pool: Any, conn: Any) -> None:
         self.pool = pool
         self.conn = conn
         self.deadline = conn.socket_timeout
-        conn.socket_timeout = None  # a batch's deadline is `_flush`'s
-        self._queue: list[tuple[Send, asyncio.Future[Any]]] = []
-        self._flushing: asyncio.Task[None] | None = None
+        conn.socket_timeout = None  # the deadlines are `_write`'s and `_read`'s
+        self._unsent: list[tuple[Send, asyncio.Future[Any]]] = []
+        self._waiting: collections.deque[asyncio.Future[Any]] = collections.deque()  # written, in order
+        self._writing: asyncio.Task[None] | None = None
+        self._reading: asyncio.Task[None] | None = None
 
     @classmethod
     async def take(cls, pool: Any) -> AsyncKeptConnection:
         return cls(pool, await pool.get_connection())
 
-    async def send(self, command: Send) -> Any:
+    def send(self, command: Send) -> asyncio.Future[Any]:
+        """``command`` queued; the future of its reply (a future, not a coroutine: one frame less a call)."""
         future = asyncio.get_running_loop().create_future()
-        self._queue.append((command, future))
-        if self._flushing is None:
-            self._flushing = asyncio.create_task(self._flush())
-        return await future
+        self._unsent.append((command, future))
+        if self._writing is None:
+            self._writing = asyncio.create_task(self._write())
+        return future
 
-    async def _flush(self) -> None:
+    async def _write(self) -> None:
         try:
-            while self._queue:
-                batch, self._queue = self._queue, []
-                await self._sent(batch)
+            while self._unsent:
+                batch, self._unsent = self._unsent, []
+                data = b"".join(b"".join(_packed(self.conn, command)) for command, _ in batch)
+                self._waiting.extend(future for _, future in batch)
+                try:
+                    async with asyncio.timeout(self.deadline):
+                        await self.conn.send_packed_command(data, False)
+                except BaseException as exc:
+                    await self._cut(exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                    continue
+                if self._reading is None:
+                    self._reading = asyncio.create_task(self._read())
         finally:
-            self._flushing = None
+            self._writing = None
 
-    async def _sent(self, batch: list[tuple[Send, asyncio.Future[Any]]]) -> None:
-        conn, at = self.conn, 0
+    async def _read(self) -> None:
         try:
-            async with asyncio.timeout(self.deadline):
-                await conn.send_packed_command(b"".join(b"".join(_packed(conn, c)) for c, _ in batch), False)
-                for at, (_, future) in enumerate(batch):  # noqa: B007 - `at` is read when the batch is cut short
-                    try:
-                        reply = await conn.read_response()
-                    except ResponseError as exc:  # a reply that is an error: the others stand
-                        _settle(future, exc)
-                        continue
-                    if not future.done():  # its caller may have been cancelled
-                        future.set_result(reply)
-        except BaseException as exc:  # cut short: what waits fails; a cancelled flush cancels them
-            await conn.disconnect()
-            for _, future in batch[at:]:
-                _settle(future, exc if isinstance(exc, Exception) else redis.ConnectionError("cancelled"))
-            if not isinstance(exc, Exception):
-                raise
+            while self._waiting:
+                try:
+                    async with asyncio.timeout(self.deadline):
+                        reply = await self.conn.read_response()
+                except ResponseError as exc:  # a reply that is an error: the others stand
+                    _settle(self._waiting.popleft(), exc)
+                    continue
+                except BaseException as exc:
+                    await self._cut(exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                    return
+                future = self._waiting.popleft()
+                if not future.done():  # its caller may have been cancelled
+                    future.set_result(reply)
+        finally:
+            self._reading = None
+
+    async def _cut(self, exc: BaseException) -> None:
+        """The connection cut short: what waits for a reply fails (a cancelled read cancels it)."""
+        failed = exc if isinstance(exc, Exception) else redis.ConnectionError("cancelled")
+        waiting, self._waiting = self._waiting, collections.deque()
+        await self.conn.disconnect()
+        for future in waiting:
+            _settle(future, failed)
 
     async def close(self) -> None:
-        if self._flushing is not None:
-            with contextlib.suppress(Exception):
-                await self._flushing
+        for task in (self._writing, self._reading):
+            if task is not None:
+                with contextlib.suppress(Exception):
+                    await task
         self.conn.socket_timeout = self.deadline
         await self.pool.release(self.conn)
 
