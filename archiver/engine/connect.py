@@ -19,10 +19,9 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.connection import HiredisRespSerializer
 from redis.exceptions import MaxConnectionsError, RedisClusterException
 from redis.retry import Retry
-from redis.sentinel import SentinelConnectionPool
 from redis.utils import HIREDIS_AVAILABLE
 
-from archiver.config import DEFAULT_POOL_CONNECTIONS, DEFAULT_REDIS_URL, Config
+from archiver.config import DEFAULT_POOL_CONNECTIONS
 from codec.errors import PartArchiveError
 from layers.plumbing.slot_moves import follow_ask_to_new_masters
 from layers.plumbing.steps import AsyncClient
@@ -207,21 +206,18 @@ _PACKED = {"redis": _PackedConnection, "rediss": _PackedSSLConnection} if HIREDI
 _NOT_PORTABLE = {"retry", "redis_connect_func", "event_dispatcher", "connection_pool"}
 
 
-def async_twin(client: redis.Redis, pool_connections: int = DEFAULT_POOL_CONNECTIONS) -> AsyncClient:
+def server_twin(client: redis.Redis, pool_connections: int = DEFAULT_POOL_CONNECTIONS) -> AsyncClient:
     """An asyncio client of the server or cluster that ``client`` talks to, with its settings
     (address, database, credentials, TLS, timeouts, decoding, protocol), its commands waiting for
-    one of ``pool_connections`` connections. For a caller that holds a blocking client only
-    (`archiver.web.create_app`); a Sentinel master's client becomes one of `redis.asyncio.sentinel`
-    with the same sentinels."""
+    one of ``pool_connections`` connections (`archiver.engine.clients.async_twin` for any client,
+    a Sentinel master's too)."""
     if isinstance(client, redis.RedisCluster):
         node = client.get_default_node()
-        kwargs = _accepted(redis.asyncio.RedisCluster, client.nodes_manager.connection_kwargs)
+        kwargs = accepted(redis.asyncio.RedisCluster, client.nodes_manager.connection_kwargs)
         kwargs.pop("max_connections", None)
         retry = AsyncRetry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=10)
         return WaitingCluster(host=node.host, port=node.port, retry=retry, max_connections=pool_connections, **kwargs)
     pool = client.connection_pool
-    if isinstance(pool, SentinelConnectionPool):
-        return _sentinel_twin(pool, pool_connections)
     twins = {
         redis.Connection: redis.asyncio.Connection,
         redis.SSLConnection: redis.asyncio.SSLConnection,
@@ -230,30 +226,14 @@ def async_twin(client: redis.Redis, pool_connections: int = DEFAULT_POOL_CONNECT
     connection_class = twins.get(pool.connection_class)
     if connection_class is None:
         raise ValueError(f"no asyncio twin for a client with {pool.connection_class.__name__} connections")
-    kwargs = _accepted(connection_class, pool.connection_kwargs)
+    kwargs = accepted(connection_class, pool.connection_kwargs)
     twin_pool = redis.asyncio.BlockingConnectionPool(
         connection_class=connection_class, **waiting_pool(pool_connections), **kwargs
     )
     return redis.asyncio.Redis.from_pool(twin_pool)
 
 
-def _sentinel_twin(pool: SentinelConnectionPool, pool_connections: int) -> AsyncClient:
-    """The asyncio client of a Sentinel master: the same sentinels, master name, settings and
-    failover window (`archiver.engine.sentinel.async_master_client`)."""
-    from archiver.engine.sentinel import async_master_client
-
-    manager = pool.sentinel_manager
-    watchers = [s.connection_pool.connection_kwargs for s in manager.sentinels]
-    hosts = [(kw["host"], kw["port"]) for kw in watchers]
-    probe = _accepted(redis.asyncio.Connection, dict(manager.sentinel_kwargs))
-    data = _accepted(redis.asyncio.Connection, dict(pool.connection_kwargs))
-    window = getattr(pool.connection_kwargs.get("retry"), "window_s", None)
-    return async_master_client(
-        hosts, pool.service_name, probe, retry_s=window, pool_connections=pool_connections, **data
-    )
-
-
-def _accepted(target: type, kwargs: dict[str, Any]) -> dict[str, Any]:
+def accepted(target: type, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The settings in ``kwargs`` that ``target`` (or a base class it hands them to) takes by name."""
     names = {
         name
@@ -272,26 +252,3 @@ def _redacted(message: str, url: str, password: str | None = None) -> str:
     for secret in (in_url, password):
         message = message.replace(secret, "***") if secret else message
     return message
-
-
-def client_for(config: Config) -> redis.Redis:
-    """The client a command uses: the primary the sentinels name (with ``sentinel``), or the
-    configured server (a cluster client with ``cluster``)."""
-    if config.sentinel:
-        from archiver.engine.sentinel import connect_sentinel
-
-        return connect_sentinel(config)
-    return connect(config.redis_url or DEFAULT_REDIS_URL, cluster=config.cluster, password=config.redis_password)
-
-
-def async_client_for(config: Config) -> AsyncClient:
-    """`client_for` on asyncio (not connected yet: see `async_connect`): through the sentinels with
-    ``sentinel``."""
-    if config.sentinel:
-        from archiver.engine.sentinel import async_sentinel_client
-
-        return async_sentinel_client(config)
-    url = config.redis_url or DEFAULT_REDIS_URL
-    return async_connect(
-        url, cluster=config.cluster, password=config.redis_password, pool_connections=config.redis_pool_connections
-    )
