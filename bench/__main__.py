@@ -17,6 +17,7 @@ from bench import (
     migrate_bench,
     pressure_bench,
     runtime_bench,
+    scrape_bench,
     stats_bench,
     tiers_bench,
     worker_bench,
@@ -37,6 +38,7 @@ SECTIONS = {
     "growth": growth_bench.run,
     "pressure": pressure_bench.run,
     "runtime": runtime_bench.run,
+    "scrape": scrape_bench.run,
 }
 
 

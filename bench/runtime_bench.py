@@ -1,6 +1,6 @@
 """Runtime section (``make bench ARGS=runtime``): the worker runtime (`archiver.runtime`) against the
 original scheme's four HSETs of the whole record a partition (claimed, running, heartbeat, completed,
-`bench.worker_bench.original_steps`), in the same run.
+`bench.worker_yardstick.original_steps`), in the same run.
 
 1. Rate, one process, an empty ``process``: the blocking `Worker` at window 1 against the four HSETs
    written one after the other (target: at least 1.5x), and the asyncio `AsyncWorker` at window 64
@@ -30,7 +30,7 @@ from archiver.engine import async_twin
 from archiver.runtime import AsyncWorker, Lease, RetryPolicy, Worker
 from bench.engine import bench_engine_url, drop
 from bench.report import median, table
-from bench.worker_bench import original_steps
+from bench.worker_yardstick import original_steps
 from codec import PartitionInfo
 from layers import ActiveLayer
 

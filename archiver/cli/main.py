@@ -38,6 +38,7 @@ COMMANDS = {
     "archival": "archival",
     "worker": "worker",
     "workers": "workers",
+    "functions": "functions",
 }
 
 

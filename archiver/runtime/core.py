@@ -32,9 +32,9 @@ from typing import Any, NamedTuple, Protocol
 import redis
 import structlog
 
-from archiver.runtime import metrics
 from archiver.runtime.breaker import CircuitBreaker
 from archiver.runtime.lease import Lease, LeaseLost
+from archiver.runtime.metrics import SERIES, start_series
 from archiver.runtime.settings import IDLE_FIRST_S, WorkerSettings
 from codec import DecodeError, PartArchiveError, PartitionInfo, ValidationError
 from layers.active.core import ActiveCore
@@ -148,8 +148,8 @@ class RuntimeCore:
         self.beat = BeatDuty(self)
         #: Each duty and when it is next due (monotonic): the beat, and those added (a leader's, say).
         self.schedule: dict[Duty, float] = {self.beat: 0.0, **dict.fromkeys(duties, 0.0)}
-        metrics.start_series(self.namespace)
-        m = {name: metric.labels(namespace=self.namespace) for name, metric in _METRICS.items()}
+        start_series(self.namespace)
+        m = {name: metric.labels(namespace=self.namespace) for name, metric in SERIES.items()}
         self._m = m
 
     # state
@@ -493,16 +493,3 @@ def _why(exc: Exception) -> str:
     if isinstance(exc, PartitionNotFound):
         return "not_found"
     return "bad_state"
-
-
-_METRICS: dict[str, Any] = {
-    "processed": metrics.PROCESSED,
-    "items": metrics.ITEMS,
-    "process_seconds": metrics.PROCESS_SECONDS,
-    "failures": metrics.FAILURES,
-    "retries": metrics.RETRIES,
-    "leases_lost": metrics.LEASES_LOST,
-    "handed_back": metrics.HANDED_BACK,
-    "breaker_trips": metrics.BREAKER_TRIPS,
-    "in_hand": metrics.IN_HAND,
-}

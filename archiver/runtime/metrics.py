@@ -6,6 +6,8 @@ partitions a process holds now (in a supervisor's group: the children's, added u
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import Counter, Gauge, Histogram
 
 NS = ["namespace"]
@@ -42,8 +44,21 @@ IN_HAND = Gauge(
 )
 
 
+#: Every series of the runtime, by the name its core counts it under.
+SERIES: dict[str, Any] = {
+    "processed": PROCESSED,
+    "items": ITEMS,
+    "process_seconds": PROCESS_SECONDS,
+    "failures": FAILURES,
+    "retries": RETRIES,
+    "leases_lost": LEASES_LOST,
+    "handed_back": HANDED_BACK,
+    "breaker_trips": BREAKER_TRIPS,
+    "in_hand": IN_HAND,
+}
+
+
 def start_series(namespace: str) -> None:
     """A namespace's series at zero, so they exist from the first scrape."""
-    for metric in (PROCESSED, ITEMS, PROCESS_SECONDS, FAILURES, RETRIES, LEASES_LOST, HANDED_BACK, BREAKER_TRIPS):
+    for metric in SERIES.values():
         metric.labels(namespace=namespace)
-    IN_HAND.labels(namespace=namespace)

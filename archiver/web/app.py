@@ -101,7 +101,7 @@ def create_app(
     ns = Namespace(client, config)
     keys = ns.keys
     active = ns.active
-    make_client = async_client or (lambda: async_twin(client))
+    make_client = async_client or (lambda: async_twin(client, config.redis_pool_connections))
     routers = LoopRouters(lambda: AsyncQueryRouter(make_client(), keys, policy=ns.archive.policy))
 
     async def name_wrong_type() -> WrongKeyType:
