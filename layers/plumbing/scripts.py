@@ -462,6 +462,10 @@ class KeptConnection:
         self.pool.release(self.conn)
 
 
+#: Replies an `AsyncKeptConnection` reads under one deadline before it puts the deadline off.
+REPLIES_A_DEADLINE = 64
+
+
 class AsyncKeptConnection:
     """`KeptConnection` on asyncio, shared by the tasks of one loop (`layers.plumbing.steps.AsyncLane`:
     a worker runtime's slots), its calls pipelined: a call is queued, what the queue holds is written
@@ -516,22 +520,29 @@ class AsyncKeptConnection:
             self._writing = None
 
     async def _read(self) -> None:
+        """Read the replies in order while any are awaited. One deadline serves a run of reads, put off
+        every `REPLIES_A_DEADLINE` replies (a deadline costs a timer, about as much as the rest of a
+        reply's reading): replies must keep coming, that many every socket timeout."""
+        loop = asyncio.get_running_loop()
         try:
-            while self._waiting:
-                try:
-                    async with asyncio.timeout(self.deadline):
+            async with asyncio.timeout(self.deadline) as deadline:
+                read = 0
+                while self._waiting:
+                    try:
                         reply = await self.conn.read_response()
-                except ResponseError as exc:  # a reply that is an error: the others stand
-                    _settle(self._waiting.popleft(), exc)
-                    continue
-                except BaseException as exc:
-                    await self._cut(exc)
-                    if not isinstance(exc, Exception):
-                        raise
-                    return
-                future = self._waiting.popleft()
-                if not future.done():  # its caller may have been cancelled
-                    future.set_result(reply)
+                    except ResponseError as exc:  # a reply that is an error: the others stand
+                        _settle(self._waiting.popleft(), exc)
+                        continue
+                    future = self._waiting.popleft()
+                    if not future.done():  # its caller may have been cancelled
+                        future.set_result(reply)
+                    read += 1
+                    if self.deadline is not None and read % REPLIES_A_DEADLINE == 0:
+                        deadline.reschedule(loop.time() + self.deadline)
+        except BaseException as exc:
+            await self._cut(exc)
+            if not isinstance(exc, Exception):
+                raise
         finally:
             self._reading = None
 
