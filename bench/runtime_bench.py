@@ -28,7 +28,7 @@ import redis.asyncio
 
 from archiver.engine import async_twin
 from archiver.runtime import AsyncWorker, Lease, RetryPolicy, Worker
-from bench.engine import bench_engine_url, drop
+from bench.engine import bench_engine_url, drop, redis_cpu_us
 from bench.report import median, table
 from bench.worker_yardstick import original_steps
 from codec import PartitionInfo
@@ -78,20 +78,24 @@ def blocking_rate(client: redis.Redis, count: int) -> float:
     return count / elapsed
 
 
-def async_rate(client: redis.Redis, count: int, window: int) -> float:
-    """Partitions a second of an `AsyncWorker` at ``window`` with an empty ``process``."""
+def async_rate(client: redis.Redis, count: int, window: int) -> tuple[float, float, float]:
+    """Partitions a second of an `AsyncWorker` at ``window`` with an empty ``process``, and the CPU a
+    partition of the worker's process and of Redis (microseconds): what bounds the rate when each has a
+    core of its own."""
     _fresh(client, count)
 
-    async def main() -> float:
+    async def main() -> tuple[float, float, float]:
         twin = async_twin(client)
         try:
             worker = AsyncWorker(twin, NS, _aempty, window=window, heartbeat_s=HEARTBEAT_S, retry=RetryPolicy(1),
                                  breaker_failures=0)  # fmt: skip
+            cpu, server = time.process_time(), redis_cpu_us(client)
             began = time.perf_counter()
             report = await worker.run(until_empty=True, install_signals=False)
             elapsed = time.perf_counter() - began
+            cpu, server = time.process_time() - cpu, redis_cpu_us(client) - server
             assert report.processed == count, report
-            return count / elapsed
+            return count / elapsed, cpu / count * 1e6, server / count
         finally:
             await twin.aclose()
 
@@ -165,16 +169,20 @@ def beat_us(client: redis.Redis, sdk: ActiveLayer, elk_prefix: str | None) -> fl
 
 
 def run() -> tuple[str, bool]:
-    count = int(os.environ.get("BENCH_RUNTIME_PARTITIONS", "5000"))
+    count = int(os.environ.get("BENCH_RUNTIME_PARTITIONS", "20000"))
     with bench_engine_url() as (client, engine, _url):
-        rates: dict[str, list[float]] = {"blocking_1": [], "original": [], "async_64": []}
+        rates: dict[str, list[float]] = {"blocking_1": [], "original": [], "async_64": [], "client_us": [],
+                                         "redis_us": []}  # fmt: skip
         servers: dict[str, list[dict[str, Any]]] = {"native": [], "elk": []}
         for run_no in range(RUNS):
             sides = ("original", "blocking_1") if run_no % 2 else ("blocking_1", "original")
             for side in sides:
                 rate = blocking_rate(client, count) if side == "blocking_1" else original_rate(client, count)
                 rates[side].append(rate)
-            rates["async_64"].append(async_rate(client, count, 64))
+            rate, client_us, redis_us = async_rate(client, count, 64)
+            rates["async_64"].append(rate)
+            rates["client_us"].append(client_us)
+            rates["redis_us"].append(redis_us)
             servers["native"].append(server_us(client, None, count))
             servers["elk"].append(server_us(client, ELK_PREFIX, count))
         drop(client, NS)
@@ -202,6 +210,12 @@ def report(
              f">= {TARGETS['async_64']:g}x of window 1: {'met' if ok_async else 'MISSED'}"),
         ],
     )  # fmt: skip
+    client_us, redis_us = median(rates["client_us"]), median(rates["redis_us"])
+    out += (
+        f"AsyncWorker at window 64, CPU a partition: {client_us:.1f} us in the worker's process, {redis_us:.1f} us in "
+        f"Redis (INFO cpu): with a core each, at most {1e6 / max(client_us, redis_us):,.0f} partitions a second; "
+        f"sharing one, {1e6 / (client_us + redis_us):,.0f}.\n"
+    )
     rows, ok = [], ok_rate and ok_async
     for name, target in (("native", TARGETS["server_native"]), ("elk", TARGETS["server_elk"])):
         runs = servers[name]
