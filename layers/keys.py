@@ -257,8 +257,9 @@ class KeySchema:
 
     @property
     def attempts(self) -> str:
-        """Hash pid -> the failures a retry policy counted for it so far; the field goes when the
-        partition completes or is retried by hand (``retry_failed``)."""
+        """Hash pid -> the failures a retry policy counted for it so far; the field goes when the runtime
+        completes the partition (``finish.lua``; one completed by the SDK's ``complete`` keeps its few
+        bytes, its pid never used again) or it is retried by hand (``retry_failed``)."""
         return f"{self._tagged}_partitions:attempts"
 
     @property
