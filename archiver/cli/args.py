@@ -72,6 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on PORT")
     run.add_argument("--metrics-host", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)")
     run.add_argument(
+        "--cold-store",
+        metavar="PATH|URL",
+        help="write the summary tier's expired batches there as Parquet before they leave Redis: a directory "
+        "or an fsspec URL such as s3://bucket/prefix ($PARTARCHIVE_COLD_STORE; a URL with a password only there)",
+    )
+    run.add_argument(
         "--adopt-elk",
         action="store_true",
         default=None,

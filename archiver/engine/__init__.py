@@ -9,10 +9,9 @@ from archiver.engine.connect import (
     async_twin,
     client_for,
     connect,
-    redact_text,
-    redact_url,
 )
 from archiver.engine.embedded import open_engine
+from codec.redact import redact_text, redact_url
 
 __all__ = [
     "Engine",
