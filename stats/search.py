@@ -415,7 +415,7 @@ class _PageSearch:
             found=self.found,
             active=self.active,
             next_cursor=None if done else cursor_of(next_pid or 0, f),
-            searched=sorted(self.searched, key=_LAYER_ORDER.index),
+            searched=sorted(self.searched, key=LAYER_ORDER.index),
             statistics=[self.statistics[key] for key in sorted(self.statistics, key=lambda x: x[1])],
             not_searched=not_searched,
             scanned=(self.start, (next_pid - 1) if next_pid is not None else max(self.start - 1, last)),
@@ -521,7 +521,8 @@ class _PageSearch:
                     problem = f"batch {b} names a worker the registry does not"
                     continue
             if only_blob:
-                self.found.extend(cols.pids, cols.mins, cols.maxs, cols.shorts, cols.times, cols.durations, "archive:batch")
+                pids, mins, maxs, shorts, times, durations = cols
+                self.found.extend(pids, mins, maxs, shorts, times, durations, "archive:batch")
                 return
             for row in zip(*cols, strict=True):
                 rows[row[0]] = (*row, "archive:batch")
@@ -653,7 +654,8 @@ class _PageSearch:
 
 
 _EVERY = RowFilter()
-_LAYER_ORDER = ["active", "archive:simple", "archive:staging", "archive:batch", "cold", "statistics"]
+#: The layers a page names as searched, in the order the query router asks them.
+LAYER_ORDER = ["active", "archive:simple", "archive:staging", "archive:batch", "cold", "statistics"]
 
 
 def _layers(state: ArchiveState) -> list[str]:

@@ -93,6 +93,20 @@ def build_parser() -> argparse.ArgumentParser:
     get.add_argument("pid", help="partition id")
     get.add_argument("--json", action="store_true")
 
+    find = sub.add_parser("find", parents=[common], help="partitions by worker, completion time, duration, ids, status")
+    find.add_argument("--worker", metavar="W", help="completed (or worked on) by worker W")
+    find.add_argument("--completed-after", metavar="T", help="completed at T or later (ISO 8601 or unix seconds)")
+    find.add_argument("--completed-before", metavar="T", help="completed before T (ISO 8601 or unix seconds)")
+    find.add_argument("--min-duration", metavar="S", help="took at least S seconds")
+    find.add_argument("--max-duration", metavar="S", help="took at most S seconds")
+    find.add_argument("--ids", metavar="A-B", help="partition ids A to B (or one id)")
+    find.add_argument(
+        "--status", metavar="S", help="completed, pending, claimed, running, failed, a comma list, or any (default)"
+    )
+    find.add_argument("--limit", type=int, default=100, help="at most N partitions (default 100)")
+    find.add_argument("--cursor", metavar="C", help="resume where a search with the same filters ended")
+    find.add_argument("--json", action="store_true", help="JSON Lines: a partition a line, then {\"search\": ...}")
+
     status = sub.add_parser("status", parents=[common], help="layer sizes and queue backlog")
     status.add_argument("--json", action="store_true")
     status.add_argument(

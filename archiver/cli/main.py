@@ -27,6 +27,7 @@ COMMANDS = {
     "run": "run",
     "serve": "serve",
     "get": "get",
+    "find": "find",
     "status": "status",
     "stats": "stats",
     "demo": "demo",

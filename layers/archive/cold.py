@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
-import structlog
 
 from codec import ArchivedPartition, DecodeError
 from layers.archive.cold_store import ColdStore, name_of, number_of
@@ -51,7 +50,14 @@ from layers.plumbing.scripts import Scripts
 if TYPE_CHECKING:
     from layers.archive.layer import ArchiveLayer
 
-log = structlog.get_logger("partarchive.cold")
+
+
+def _log() -> Any:
+    """The cold tier's logger (structlog is imported on first use: a reader that only shows the cold
+    tier's state starts without it)."""
+    import structlog
+
+    return structlog.get_logger("partarchive.cold")
 
 #: Batches whose cold map entries one GETRANGE reads (4 bytes each: 64 KiB).
 MAP_SPAN = 16384
@@ -151,7 +157,7 @@ class ColdTier:
             self._failures += 1
             self._resume_at = time.monotonic() + delay
             self.archive.redis.hset(self.keys.archive_meta, mapping={"cold_error": str(exc)[:500]})
-            log.warning("cold store unavailable; expired batches stay in Redis", error=str(exc), retry_in_s=delay)
+            _log().warning("cold store unavailable; expired batches stay in Redis", error=str(exc), retry_in_s=delay)
             return 0
         self._failures = 0
         return done
@@ -235,7 +241,7 @@ class ColdTier:
             except ColdFileDamaged as exc:
                 # the batch's earlier rows cannot be read: it stays in Redis until they can, named in status
                 self.archive.redis.hset(self.keys.archive_meta, "cold_error", str(exc)[:500])
-                log.warning("a cold file cannot be read; its batches stay in Redis", error=str(exc))
+                _log().warning("a cold file cannot be read; its batches stay in Redis", error=str(exc))
                 continue
             cold: dict[int, dict[int, ArchivedPartition]] = defaultdict(dict)
             for p in held:
@@ -287,7 +293,7 @@ class ColdTier:
                 parse = queue_map_reads(pipe, keys, sorted({p // size for p in table.pids}))
                 files = parse(pipe.execute())
             except ColdFileDamaged as exc:
-                log.warning("the last cold file cannot be read: a new file is started", error=str(exc))
+                _log().warning("the last cold file cannot be read: a new file is started", error=str(exc))
             else:
                 live = {b for b, f in files.items() if f == number and b not in taken}
                 keep = [i for i, p in enumerate(table.pids) if p // size in live]
@@ -323,7 +329,7 @@ class ColdTier:
         reply = self._scripts("cold_record", record_keys, args)
         script_error(reply, meta_key=keys.archive_meta, unchanged="the cold file was not recorded")
         if as_text(reply[0]) != "ok":
-            log.warning("cold file not recorded: its batches changed meanwhile", file=name)
+            _log().warning("cold file not recorded: its batches changed meanwhile", file=name)
             self.store.delete(name)
             return False
         self.files_written += 1
@@ -361,6 +367,6 @@ class ColdTier:
         for name in orphans:
             self.store.delete(name)
         if orphans:
-            log.info("deleted cold files no record names", files=len(orphans))
+            _log().info("deleted cold files no record names", files=len(orphans))
         self.orphans_deleted += len(orphans)
         return len(orphans)
