@@ -131,9 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     from_elk.add_argument("--no-progress", action="store_true")
 
     export = sub.add_parser("export", parents=[common], help="every archived partition, as JSON Lines or into a hash")
-    export.add_argument("--format", choices=["elk", "native"], default="elk", dest="fmt")
+    export.add_argument("--format", choices=["elk", "native", "parquet"], default="elk", dest="fmt")
     target = export.add_mutually_exclusive_group(required=True)
-    target.add_argument("--output", metavar="FILE", help="write JSON Lines to FILE ('-' = stdout)")
+    target.add_argument(
+        "--output", metavar="FILE|DIR", help="write JSON Lines to FILE ('-' = stdout); parquet: files under DIR"
+    )
     target.add_argument("--into-hash", metavar="KEY", help="HSET every record into this hash (e.g. Go's elk_archived)")
 
     dead = sub.add_parser("dead-letters", help="entries that could not be archived: list, show, requeue, purge")

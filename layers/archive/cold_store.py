@@ -48,14 +48,14 @@ def number_of(name: str) -> int | None:
     return int(match[1]) if match else None
 
 
-def needs_extra() -> ColdStoreUnavailable | None:
-    """The error to raise when the ``cold`` extra is not installed (None when it is)."""
+def needs_extra(what: str = "the cold store") -> ColdStoreUnavailable | None:
+    """The error to raise when the ``cold`` extra is not installed (None when it is): ``what`` needs it."""
     try:
         import fsspec  # noqa: F401
         import pyarrow  # noqa: F401
     except ImportError as exc:
         return ColdStoreUnavailable(
-            f"the cold store needs the cold extra ({exc.name} is not installed): pip install 'partarchive[cold]'"
+            f"{what} needs the cold extra ({exc.name} is not installed): pip install 'partarchive[cold]'"
         )
     return None
 
