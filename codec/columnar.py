@@ -277,9 +277,10 @@ def select_columns(head: PayloadHead, keep: RowFilter) -> RowColumns:
         pids = list(accumulate(head.pid_deltas.all(), initial=head.first_pid))
         if keep.pids is not None:
             lo, hi = keep.pids
-            if pids[0] >= lo and pids[-1] <= hi:
+            least, most = min(pids), max(pids)
+            if least >= lo and most <= hi:
                 pass  # the whole payload is inside
-            elif pids[-1] < lo or pids[0] > hi:
+            elif most < lo or least > hi:
                 return _NO_ROWS
             else:
                 rows = [i for i in (range(head.count) if rows is None else rows) if lo <= pids[i] <= hi]
