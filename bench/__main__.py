@@ -10,6 +10,7 @@ from bench import (
     cluster_bench,
     codec_bench,
     dashboard_bench,
+    find_bench,
     growth_bench,
     http_bench,
     latency_bench,
@@ -35,6 +36,7 @@ SECTIONS = {
     "worker": worker_bench.run,
     "growth": growth_bench.run,
     "pressure": pressure_bench.run,
+    "find": find_bench.run,
 }
 
 

@@ -36,7 +36,7 @@ import redis
 from codec import ArchivedPartition, DecodeError, PartitionInfo, ValidationError
 from codec.columnar import RowFilter
 from codec.elk import as_archived, parse_active, parse_archived
-from codec.framing import blob_rows
+from codec.framing import SHELF_SLOTS, blob_rows
 from codec.validate import MAX_DURATION, MAX_PARTITION_ID, MAX_TIMESTAMP, check_worker_id
 from layers import ArchiveLayer, KeySchema
 from layers.archive.cold_store import ColdReads, name_of
@@ -373,11 +373,15 @@ class _PageSearch:
             command("xlen", k.queue),
             command("zcard", k.archival_held),
             command("hget", k.workers, f.worker or ""),
+            command("hget", k.workers, ""),
         )
-        (width_raw, merged_raw), last_pid, queued, held, short_raw = replies
+        (width_raw, merged_raw), last_pid, queued, held, short_raw, generation = replies
         self.width = int(width_raw or DEFAULT_RANGE_WIDTH)
         self.merged_below = int(merged_raw or 0)
-        self.found.names = dict(self.search.archive.workers.refresh().lookup_table())
+        workers = self.search.archive.workers
+        if not workers.is_current(generation) or not len(workers.map):  # else the numbering read for the last page
+            workers.refresh()
+        self.found.names = workers.map.lookup_table()
         short = None if short_raw is None or f.worker is None else int(short_raw)
         self.shorts = None if f.worker is None else frozenset({short} if short is not None else ())
         self.keep = f.row_filter(self.shorts)
@@ -390,6 +394,9 @@ class _PageSearch:
         while pid <= last:
             first_batch = pid // size
             last_batch = min(last // size, (first_batch // WINDOW_BATCHES + 1) * WINDOW_BATCHES - 1)
+            if self.keep is None and not self.actives:  # every row matches: a window the size of the room left
+                room = self.limit - len(self.found)
+                last_batch = min(last_batch, first_batch + max(SHELF_SLOTS, -(-room // size)))
             window_last = min(last, (last_batch + 1) * size - 1)
             if self.archived:
                 self._archive_window(state, first_batch, last_batch, pid, window_last)
@@ -481,12 +488,23 @@ class _PageSearch:
                 self.hidden.add(b)  # past its retention: the sweep has not deleted it yet, reads already do not see it
             else:
                 redis_batches.append(b)
-        if not candidates:
-            return
-        self.scan.read_detail(state, window, redis_batches, simple_pids)
-        cold_rows = self._cold_rows(state, window, candidates, lo, hi, bounds)
-        for b in candidates:
-            self._batch(state, window, b, max(lo, b * size), min(hi, (b + 1) * size - 1), cold_rows.get(b), bounds)
+        # at most a shelf's worth of batches at a time, and no more than the page still has room for
+        # (when nothing filters the rows), so a page that fills up reads and decodes no more than it needs
+        reading = set(redis_batches)
+        start = 0
+        while start < len(candidates):
+            room = self.limit - len(self.found) - len(self.active)
+            step = SHELF_SLOTS if self.keep is not None else max(1, min(SHELF_SLOTS, -(-room // size)))
+            chunk = candidates[start : start + step]
+            start += step
+            c_lo, c_hi = max(lo, chunk[0] * size), min(hi, (chunk[-1] + 1) * size - 1)
+            simple = [p for p in simple_pids if c_lo <= p <= c_hi]
+            self.scan.read_detail(state, window, [b for b in chunk if b in reading], simple)
+            cold_rows = self._cold_rows(state, window, chunk, c_lo, c_hi, bounds)
+            for b in chunk:
+                self._batch(state, window, b, max(lo, b * size), min(hi, (b + 1) * size - 1), cold_rows.get(b), bounds)
+            if len(self.found) + len(self.active) >= self.limit:
+                return
 
     def _batch(
         self,

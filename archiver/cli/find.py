@@ -14,7 +14,7 @@ from archiver.output import json_bytes
 from stats.search import LAYER_ORDER, MAX_LIMIT, Filters, Page, Search
 
 #: Partitions read per page while the command gathers ``--limit`` of them.
-PAGE = 10_000
+PAGE = 50_000
 
 
 def filters_of(args: argparse.Namespace) -> Filters:
