@@ -108,6 +108,11 @@ class LayerStateCollector(Collector):
         for status in ACTIVE_STATUSES:
             active.add_metric([ns, status.value], snap.by_status.get(status.value, 0))
         yield active
+        yield gauge(
+            "partarchive_active_unreadable",
+            "Active records no reader can read, set aside out of the claim indexes (dead-letters list).",
+            snap.unreadable,
+        )
         yield gauge("partarchive_queue_length", "Archive queue entries not yet archived.", q.length)
         yield gauge("partarchive_queue_pending", "Entries delivered but not acknowledged.", q.pending)
         yield gauge(

@@ -77,7 +77,7 @@ class Namespace:
         keys = (k.active, k.pending, k.queue, k.archive_meta, k.stats_global)
         if not isinstance(self.redis, redis.RedisCluster):
             return bool(self.redis.exists(*keys))
-        return bool(ride_out(lambda: self.redis.exists(*keys), "namespace_exists"))  # one slot: TRYAGAIN
+        return bool(ride_out(lambda: self.redis.exists(*keys), "namespace_exists", keys=keys))  # one slot: TRYAGAIN
 
     @cached_property
     def active(self) -> ActiveLayer:
@@ -127,7 +127,7 @@ class Namespace:
 
     @cached_property
     def snapshots(self) -> SnapshotReader:
-        return SnapshotReader(self.redis, self.keys, self.policy, active=self.active)
+        return SnapshotReader(self.redis, self.keys, self.policy)
 
     def snapshot(self, *, rollups: bool = False) -> NamespaceSnapshot:
         """The namespace's state, read once (`archiver.snapshot`)."""

@@ -21,7 +21,7 @@ import redis
 
 from codec import PartArchiveError
 from codec.redact import redact_text
-from layers import ActiveLayer, KeySchema, Tier, TierPolicy
+from layers import KeySchema, Tier, TierPolicy
 from layers.active.reads import COUNTED, counts_from, queue_counts
 from layers.archive.cold import COLD_FIELDS
 from layers.archive.queue import QueueState, queue_state_from
@@ -74,6 +74,7 @@ class NamespaceSnapshot:
     read_at: float  # unix time of the read (this host's clock, as the progress samples')
     by_status: dict[str, int]
     active_size: int
+    unreadable: int  # records set aside out of the claim indexes (`KeySchema.unreadable`)
     queue: QueueState
     archive: ArchiveState
     transition: TransitionState
@@ -101,7 +102,7 @@ class NamespaceSnapshot:
         """The namespace's part of ``partarchive status --json`` and of the dashboard's data."""
         return {
             "namespace": self.namespace,
-            "active": {"size": self.active_size, "by_status": self.by_status},
+            "active": {"size": self.active_size, "by_status": self.by_status, "unreadable": self.unreadable},
             "progress": self.progress.to_dict(),
             "archive": self.archive.to_dict(),
             "transition": self.transition.to_dict(),
@@ -120,29 +121,25 @@ class NamespaceSnapshot:
 
 
 class SnapshotReader:
-    """Reads `NamespaceSnapshot`s of one namespace; ``active`` recounts a bound namespace's
-    partitions (`ActiveLayer.counts`), built on first need if not given."""
+    """Reads `NamespaceSnapshot`s of one namespace, in one round trip whatever its size: the active
+    partitions are counted by their indexes (in a namespace bound to a Go deployment, as the last
+    rebuild from Go's hash left them: every claim's at most once a second, the daemon's maintenance
+    every `Config.adopt_interval_s`)."""
 
-    def __init__(
-        self, client: redis.Redis, keys: KeySchema, policy: TierPolicy, *, active: ActiveLayer | None = None
-    ) -> None:
+    def __init__(self, client: redis.Redis, keys: KeySchema, policy: TierPolicy) -> None:
         self.redis = client
         self.keys = keys
         self.policy = policy
-        self._active = active
 
     def read(self, *, rollups: bool = False) -> NamespaceSnapshot:
         """The snapshot; ``rollups`` adds the completed statistics (``/stats``) to the same round trip.
         Raises `PartArchiveError` subclasses for data partarchive did not write."""
         k = self.keys
-        recounted = None
-        if k.elk_prefix is not None:
-            self._active = self._active or ActiveLayer(self.redis, k)
-            recounted = self._active.counts()
         clustered = isinstance(self.redis, redis.RedisCluster)  # whose pipelines refuse TIME: asked apart
         pipe = self.redis.pipeline(transaction=False)
         queue_counts(pipe, k)
         pipe.hlen(k.active)
+        pipe.zcard(k.unreadable)
         pipe.xlen(k.queue)
         xpending = len(pipe)
         pipe.xpending(k.queue, ARCHIVER_GROUP)
@@ -172,7 +169,7 @@ class SnapshotReader:
                 raise wrong_type_error(self.redis, k)
             if isinstance(reply, Exception) and i != xpending:  # an error there: no group yet
                 raise reply
-        by_status = recounted if recounted is not None else counts_from(replies[: len(COUNTED)])
+        by_status = counts_from(replies[: len(COUNTED)])
         server_now = server_time(self.redis) if clustered else _unix(replies[mine - 1])
         return self._parse(by_status, server_now, replies[len(COUNTED) : mine], replies[mine:] if rollups else None)
 
@@ -180,7 +177,7 @@ class SnapshotReader:
         self, by_status: dict[str, int], server_now: float, replies: list[Any], rolled: list[Any] | None
     ) -> NamespaceSnapshot:
         k = self.keys
-        size, length, pending, dead, raw_meta, simple, open_batches, oldest, check, latency, *rest = replies
+        size, unreadable, length, pending, dead, raw_meta, simple, open_batches, oldest, check, latency, *rest = replies
         pressure, unsealed, paused, held, released, samples, health, cold_files = rest[:8]
         now = time.time()
         meta = dict(zip(META_FIELDS, raw_meta, strict=True))
@@ -201,6 +198,7 @@ class SnapshotReader:
             read_at=now,
             by_status=by_status,
             active_size=int(size),
+            unreadable=int(unreadable),
             queue=queue,
             archive=archive,
             transition=transition_from(k, self.policy, meta, target, int(simple), oldest, total, now),

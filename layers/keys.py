@@ -19,6 +19,7 @@ own multi-key scripts need it too), otherwise it is refused.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import redis
@@ -30,6 +31,9 @@ ARCHIVER_GROUP = "archivers"
 _NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _ELK_PREFIX_RE = re.compile(r"^[\x21-\x7e]{0,128}$")
 _HASH_TAG_RE = re.compile(r"\{[^}]+\}")
+#: The key prefixes (``{ns}_``, ``ns_``, ``elk:<prefix>ns_``) of every schema this process has
+#: built, and their namespace: `KeySchema.namespace_of`.
+_PREFIXES: dict[str, str] = {}
 
 
 def is_cluster_client(client: object) -> bool:
@@ -118,6 +122,18 @@ class KeySchema:
                     f"elk_coordinator KeyPrefix {self.elk_prefix!r} has no {{hash tag}}: its keys spread over "
                     "cluster slots, so neither Go's scripts nor partarchive's can run on Redis Cluster"
                 )
+        _PREFIXES.setdefault(f"{self._tagged}_", self.namespace)
+        _PREFIXES.setdefault(f"{self._untagged}_", self.namespace)
+
+    @staticmethod
+    def namespace_of(keys: Iterable[str]) -> str:
+        """The namespace of the first of ``keys`` that a schema of this process named (``(unknown)``
+        if none): for a metric's label where only a call's keys are at hand (`layers.plumbing.slot_moves`)."""
+        for key in keys:
+            found = max((p for p in _PREFIXES if key.startswith(p)), key=len, default=None)
+            if found is not None:
+                return _PREFIXES[found]
+        return "(unknown)"
 
     @classmethod
     def of(
@@ -210,6 +226,13 @@ class KeySchema:
     def failed(self) -> str:
         """Sorted set of failed pids (score = pid)."""
         return f"{self._tagged}_partitions:failed"
+
+    @property
+    def unreadable(self) -> str:
+        """Sorted set of pids whose records no reader can read (score = when they were set aside,
+        unix ms): out of the pending, lease and failed indexes, so no claim meets them again; the
+        records stay in the active hash until mended and requeued (``layers/active/lua/upgrade.lua``)."""
+        return f"{self._tagged}_partitions:unreadable"
 
     @property
     def meta(self) -> str:

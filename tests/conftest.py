@@ -232,22 +232,3 @@ class Clock:
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
-
-
-@pytest.fixture
-def no_slot_move_retries() -> Iterator[None]:
-    """The registry as a process that has seen no slot move has it: without the process-wide
-    ``partarchive_slot_move_retries_total{call}`` (created on a process's first retry, by whichever
-    earlier test of this worker rode out a slot move; it carries no namespace label)."""
-    from prometheus_client import REGISTRY
-
-    from layers.plumbing.slot_moves import slot_move_retries
-
-    created = slot_move_retries.cache_info().currsize > 0
-    if created:
-        REGISTRY.unregister(slot_move_retries())
-    try:
-        yield
-    finally:
-        if created:
-            REGISTRY.register(slot_move_retries())

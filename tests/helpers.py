@@ -279,8 +279,8 @@ def retries(calls: tuple[str, ...], port: int | None = None) -> float:
     """``partarchive_slot_move_retries_total`` of these calls: this process's, or those a supervisor
     serves on ``port`` (its children's, added up)."""
     if port is None:
-        samples = [REGISTRY.get_sample_value(RETRIES, {"call": call}) for call in calls]
-        return sum(value or 0.0 for value in samples)
+        families = REGISTRY.collect()
+        return sum(s.value for f in families for s in f.samples if s.name == RETRIES and s.labels.get("call") in calls)
     import httpx
 
     try:

@@ -16,6 +16,7 @@ import redis
 
 from archiver.config import Config
 from archiver.daemon.loop import ArchiverDaemon, drain
+from archiver.namespace import Namespace
 from archiver.router import QueryRouter, Source
 from codec import ArchivedPartition, PartitionInfo
 from codec.elk import ElkRecord, decode_elk
@@ -236,3 +237,73 @@ def test_pause_and_resume_with_workers_running_and_an_archiver_killed(
     assert StatsReader(real_redis, keys).stats()["completed"]["total_completed"] == n  # counted once
     assert StatsChecker(real_redis, keys).check().ok
     assert switch.state().held == 0 and real_redis.xlen(keys.queue) == 0
+
+
+@pytest.fixture
+def bound(real_redis: redis.Redis, namespace: str) -> Iterator[tuple[Config, GoWorker]]:
+    """``namespace`` bound to a Go deployment (prefix ``<namespace>-app:``), as ``run --adopt-elk`` leaves it."""
+    prefix = f"{namespace}-app:"
+    config = Config(namespace=namespace, elk_prefix=prefix, block_ms=10)
+    Namespace(real_redis, config).remember_binding()
+    go = GoWorker(real_redis, prefix, "go-host-1")
+    yield config, go
+    delete_prefix(real_redis, prefix, namespace)
+
+
+def test_the_switch_commands_find_a_namespaces_go_binding(
+    engine_url: str, real_redis: redis.Redis, namespace: str, bound: tuple[Config, GoWorker]
+) -> None:
+    """Issue 47: pause, resume, rollout, status and report in a bound namespace act on the keys the
+    workers read (under Go's prefix), given only --namespace; a namespace that does not exist is refused."""
+    config, go = bound
+    sdk = ActiveLayer(real_redis, config.keys)
+    go.create(3)
+    pids = []
+    for _ in range(3):
+        part = sdk.claim("py-worker")
+        assert part is not None
+        pids.append(part.partition_id)
+    paused = run_cli(engine_url, namespace, "archival", "pause")
+    assert paused.returncode == 0, paused.stderr
+    assert real_redis.exists(config.keys.archival_paused)
+    assert not real_redis.exists(KeySchema(namespace).archival_paused)
+    assert sdk.complete(pids[0], "py-worker").held  # held, as the switch says
+    status = json.loads(run_cli(engine_url, namespace, "archival", "status", "--json").stdout)
+    assert status["paused"] is True and status["held"] == 1
+    report = run_cli(engine_url, namespace, "archival", "report")
+    assert report.returncode == 0 and "gray release: paused, held 1" in report.stdout
+    resumed = run_cli(engine_url, namespace, "archival", "resume")
+    assert resumed.returncode == 0 and "1 held partitions sent" in resumed.stdout
+    assert real_redis.xlen(config.keys.queue) == 1
+    rolled = run_cli(engine_url, namespace, "archival", "rollout", "0")
+    assert rolled.returncode == 0 and json.loads(real_redis.get(config.keys.archival_paused)) == {"share": 0}  # type: ignore[arg-type]
+    assert sdk.complete(pids[1], "py-worker").held  # outside a share of 0
+
+    for action in (["pause"], ["resume"], ["rollout", "50"], ["status"], ["report"]):
+        typo = run_cli(engine_url, f"{namespace}typo", "archival", *action)
+        assert typo.returncode == 1
+        assert typo.stderr == f"partarchive: no such namespace '{namespace}typo' on this server\n"
+    assert not list(real_redis.scan_iter(match=f"{namespace}typo*"))
+
+
+def test_held_completions_in_a_bound_namespace_are_not_counted_as_running(
+    engine_url: str, real_redis: redis.Redis, namespace: str, bound: tuple[Config, GoWorker]
+) -> None:
+    """Issue 47: the index rebuild from Go's hash leaves held completions (status completed) out of
+    the leases, so `stats` and `status` do not count them as running."""
+    config, go = bound
+    sdk = ActiveLayer(real_redis, config.keys)
+    go.create(5)
+    ArchivalSwitch(real_redis, config.keys).pause("tester")
+    for _ in range(3):
+        part = sdk.claim("py-worker")
+        assert part is not None
+        sdk.start(part.partition_id, "py-worker")
+        assert sdk.complete(part.partition_id, "py-worker").held
+    sdk.sync()
+    assert real_redis.zcard(config.keys.leases) == 0
+    stats = json.loads(run_cli(engine_url, namespace, "stats", "--json").stdout)
+    assert stats["active"]["running"] == 0 and stats["active"]["pending"] == 2
+    status = json.loads(run_cli(engine_url, namespace, "status", "--json").stdout)
+    [ours] = [n for n in status["namespaces"] if n["namespace"] == namespace] if "namespaces" in status else [status]
+    assert ours["active"]["by_status"] == {"pending": 2, "claimed": 0, "running": 0, "failed": 0}

@@ -4,6 +4,8 @@ Kubernetes probes of deploy/kubernetes reach."""
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -13,7 +15,7 @@ import redis
 from archiver import ArchiverDaemon, Config
 from archiver.daemon.probes import LIVENESS_PATH, READINESS_PATH, LoopProbe, serve_metrics
 from layers import KeySchema
-from tests.helpers import complete_partitions, free_port, http_get, start_archiver, wait_for
+from tests.helpers import cli_env, complete_partitions, free_port, http_get, start_archiver, wait_for
 
 
 def _answers(url: str) -> bool:
@@ -70,3 +72,35 @@ def test_readiness_follows_start_and_drain_and_liveness_a_stalled_loop(real_redi
     assert status == 503 and body["error"] == "archiver loop stalled" and body["detail"]["idle_s"] >= 0.3
     probe.turned()
     assert probe.liveness()[0] == 200
+
+
+def test_the_probes_answer_while_redis_is_down(namespace: str) -> None:
+    """Issue 47: a pod started while Redis is down is alive (its loop tries Redis) and not ready;
+    a bad --metrics-port is refused in one line, without waiting for Redis."""
+    down = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = start_archiver(down, namespace, "--metrics-port", str(port))
+    try:
+        wait_for(lambda: _status(base + LIVENESS_PATH) == 200, what="liveness while Redis is down")
+        ready = httpx.get(base + READINESS_PATH, timeout=5)
+        assert ready.status_code == 503 and "waiting for Redis" in ready.json()["error"]
+        assert httpx.get(base + "/metrics", timeout=5).status_code == 200
+        for bad in (["--metrics-port", "70000"], ["--metrics-port", str(port)]):  # out of range; taken
+            started = time.monotonic()
+            refused = subprocess.run(
+                [sys.executable, "-m", "archiver", "run", *bad], env=cli_env(down, namespace),
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+            assert "Traceback" not in refused.stderr and time.monotonic() - started < 20
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=20)
+
+
+def _status(url: str) -> int:
+    try:
+        return http_get(url, timeout=2).status_code
+    except httpx.HTTPError:
+        return 0

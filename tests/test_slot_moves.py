@@ -29,7 +29,7 @@ from layers.plumbing.scripts import AsyncScripts, Scripts
 from layers.plumbing.slot_moves import ride_out, run_transaction
 from layers.plumbing.steps import AsyncIO, Batch, Steps, SyncIO
 from tests.conftest import cluster_server
-from tests.helpers import complete_partitions, refusals, retries, wait_for
+from tests.helpers import RETRIES, complete_partitions, refusals, retries, wait_for
 
 
 @pytest.mark.cluster
@@ -220,10 +220,17 @@ class FakeCluster(redis.RedisCluster):
     def pipeline(self, transaction: bool | None = None, shard_hint: Any = None) -> Any:
         assert transaction
         commands: list[str] = []
+        stack: list[SimpleNamespace] = []  # as redis-py's ClusterPipeline keeps them
         self.queued.append(commands)
+
+        def queue(*args: Any) -> None:
+            commands.append(str(args[0]))
+            stack.append(SimpleNamespace(args=args))
+
         return SimpleNamespace(
-            hset=lambda *a: commands.append("HSET"),
-            execute_command=lambda *a, **o: commands.append(str(a[0])),
+            hset=lambda *a: queue("HSET", *a),
+            execute_command=lambda *a, **o: queue(*a),
+            command_stack=stack,
             execute=self.execute,
         )
 
@@ -334,3 +341,20 @@ def test_a_commit_refused_past_the_budget_is_retried_by_the_next_round_not_dead_
     assert refused.calls == 4 and daemon.commit_buffer.buffered == 0
     assert daemon.archive.archived_total() == 150 and real_redis.xlen(daemon.keys.queue) == 0
     assert real_redis.xlen(daemon.keys.dead_letter) == 0 and daemon.dead_lettered == 0
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_retries_are_counted_by_the_namespace_of_the_call(fake_time: FakeTime, flavour: str, namespace: str) -> None:
+    """Issue 47: ``partarchive_slot_move_retries_total`` carries the namespace, as every series does,
+    a bound namespace's too (its keys under Go's prefix)."""
+    from prometheus_client import REGISTRY
+
+    for keys in (KeySchema(namespace, cluster=True), KeySchema(namespace, cluster=True, elk_prefix="{go}app:")):
+        client = FakeCluster(evalsha=Replies(MOVING[0], MOVING[1], "evalsha ran"))
+        labels = {"namespace": namespace, "call": "claim"}
+        before = REGISTRY.get_sample_value(RETRIES, labels) or 0.0
+        assert run_script(flavour, client, "claim", [keys.active, keys.pending], [1]) == "evalsha ran"
+        assert REGISTRY.get_sample_value(RETRIES, labels) == before + 2
+    transaction = FakeCluster(execute=Replies(MOVING[0], ["exec ran"]))
+    run_transaction(transaction, lambda pipe: pipe.hset(KeySchema(namespace, cluster=True).stats_meta, "f", 1), "note")
+    assert REGISTRY.get_sample_value(RETRIES, {"namespace": namespace, "call": "note"}) == 1

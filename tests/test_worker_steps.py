@@ -12,8 +12,9 @@ import pytest
 import redis
 from redis.exceptions import ResponseError
 
-from codec import DecodeError
-from layers import KeySchema, WrongKeyType
+from codec import DecodeError, PartitionInfo
+from codec.elk import decode_elk
+from layers import KeySchema, NotOwner, WrongKeyType
 from layers.plumbing.scripts import LIBRARY_SCRIPTS, Scripts, library
 from tests.conftest import Clock
 from tests.flavours import Flavour
@@ -207,3 +208,181 @@ def test_a_user_who_may_not_use_functions_runs_the_steps_as_scripts(
         client.close()
     finally:
         real_redis.acl_deluser(user)
+
+
+def _running(any_redis: redis.Redis, namespace: str, flavour: Flavour) -> tuple[Any, KeySchema, bytes]:
+    """An SDK, its keys and partition 1's record, running for w1 (options kept, so the tail is not empty)."""
+    keys = KeySchema.of(namespace, client=any_redis)
+    sdk = flavour.active(any_redis, namespace)
+    sdk.create_partitions(1, 20, 10, options={"shard": {"worker_id": "nested"}})
+    part = sdk.claim("w1")
+    assert part is not None and part.partition_id == 1
+    sdk.start(1, "w1")
+    raw = any_redis.hget(keys.active, "1")
+    assert raw is not None and raw.startswith(b'{"status":"running","worker_id":"w1","version":')
+    return sdk, keys, raw
+
+
+@pytest.mark.parametrize("damage", ["cut", "options_cut", "trailing"])
+def test_a_native_record_cut_short_is_refused_before_any_write(
+    any_redis: redis.Redis, namespace: str, flavour: Flavour, damage: str
+) -> None:
+    """The fast paths read a whole native record, as the general path and Python do (issue 47)."""
+    sdk, keys, raw = _running(any_redis, namespace, flavour)
+    damaged = {
+        "cut": raw[:-12],
+        "options_cut": raw[:-2],  # `...:"nested"}` : the options object open at the end
+        "trailing": raw + b'{"x":1}',
+    }[damage]
+    with pytest.raises(DecodeError):
+        PartitionInfo.from_json(damaged)  # what Python says of it
+    any_redis.hset(keys.active, "1", damaged)
+    for step in (sdk.heartbeat, sdk.start, sdk.complete):
+        with pytest.raises(DecodeError, match="partition 1"):
+            step(1, "w1")
+    assert any_redis.hget(keys.active, "1") == damaged
+    assert any_redis.getbit(keys.done, 1) == 0 and any_redis.xlen(keys.queue) == 0
+
+
+@pytest.mark.parametrize("member", [b',"error":""', b',"options":{"shard":{"worker_id":"nested"}}'])
+def test_a_native_record_without_a_member_reads_as_python_reads_it(
+    any_redis: redis.Redis, namespace: str, flavour: Flavour, member: bytes
+) -> None:
+    """A member Python defaults (no error, no options) is no raw Lua error: the record is read as
+    Python reads it, then completed."""
+    sdk, keys, raw = _running(any_redis, namespace, flavour)
+    cut = raw.replace(member, b"")
+    assert cut != raw and PartitionInfo.from_json(cut).error == ""
+    any_redis.hset(keys.active, "1", cut)
+    done = sdk.complete(1, "w1")
+    assert done.archived is not None and (done.archived.min_id, done.archived.max_id) == (1, 10)
+    assert any_redis.hget(keys.active, "1") is None and any_redis.xlen(keys.queue) == 1
+
+
+@pytest.mark.parametrize("where", ["after_version", "at_the_end"])
+def test_a_worker_named_twice_is_the_last_one_as_for_python_and_go(
+    any_redis: redis.Redis, namespace: str, flavour: Flavour, where: str
+) -> None:
+    sdk, keys, raw = _running(any_redis, namespace, flavour)
+    if where == "after_version":
+        head, _, rest = raw.partition(b',"updated_at":')
+        twice = head + b',"worker_id":"w2","updated_at":' + rest
+    else:
+        twice = raw[:-1] + b',"worker_id":"w2"}'
+    assert PartitionInfo.from_json(twice).worker_id == "w2"  # the last one, as Python (and Go) read it
+    any_redis.hset(keys.active, "1", twice)
+    for step in (sdk.heartbeat, sdk.complete):
+        with pytest.raises(NotOwner):
+            step(1, "w1")
+    assert any_redis.getbit(keys.done, 1) == 0 and any_redis.xlen(keys.queue) == 0
+    beat = sdk.heartbeat(1, "w2")
+    assert beat.worker_id == "w2" and beat.options == {"shard": {"worker_id": "nested"}}
+    assert sdk.complete(1, "w2").archived.worker_id == "w2"  # type: ignore[union-attr]
+
+
+def test_a_go_record_cut_short_is_refused_before_any_write(real_redis: redis.Redis, namespace: str) -> None:
+    from layers import ActiveLayer
+
+    keys = KeySchema(namespace)
+    sdk = ActiveLayer(real_redis, namespace)
+    sdk.create_partitions(1, 10, 10)
+    go = (b'{"partition_id":1,"min_id":1,"max_id":10,"worker_id":"w1","last_heartbeat":"2025-07-05T23:31:43+08:00",'
+          b'"status":"running","updated_at":"2025-07-05T23:31:43+08:00","version":3,"error":"x",'
+          b'"created_at":"2025-07-05T23:31:43+08:00"}')  # fmt: skip
+    for damaged in (go[:-3], go[: go.index(b'"x"') + 2], go[:-1] + b',"x":[}'):
+        with pytest.raises(DecodeError):
+            decode_elk(damaged)
+        real_redis.hset(keys.active, "1", damaged)
+        for step in (sdk.heartbeat, sdk.complete):
+            with pytest.raises(DecodeError, match="partition 1"):
+                step(1, "w1")
+        assert real_redis.hget(keys.active, "1") == damaged and real_redis.getbit(keys.done, 1) == 0
+
+
+def test_unreadable_records_at_the_head_of_the_pending_index_do_not_starve_claims(
+    any_redis: redis.Redis, namespace: str, flavour: Flavour
+) -> None:
+    """Issue 47: 25 unreadable records at the lowest pending ids, 75 valid ones after them."""
+    keys = KeySchema.of(namespace, client=any_redis)
+    sdk = flavour.active(any_redis, namespace)
+    sdk.create_partitions(1, 1000, 10)
+    good: bytes = any_redis.hget(keys.active, "1")  # type: ignore[assignment]
+    for pid in range(1, 26):
+        cut = good.replace(b'"partition_id":1,', f'"partition_id":{pid},'.encode())[:-9]
+        any_redis.hset(keys.active, str(pid), b"not json" if pid % 3 == 0 else cut)
+    upgrades: list[list[str]] = []
+    core = getattr(sdk, "_target", sdk)
+    real_upgrade = core._upgrade
+
+    def counted(pids: list[str], **kwargs: Any) -> Any:
+        upgrades.append(pids)
+        return real_upgrade(pids, **kwargs)
+
+    core._upgrade = counted
+    claimed = [part.partition_id for part in iter(lambda: sdk.claim("w1"), None)]
+    assert claimed == list(range(26, 101))
+    assert len(upgrades) <= 2 and sorted(int(p) for pids in upgrades for p in pids) == list(range(1, 26))
+    aside = sdk.unreadable()
+    assert {pid for pid, _ in aside} == set(range(1, 26)) and all(since > 1_700_000_000_000 for _, since in aside)
+    assert any_redis.zcard(keys.pending) == 0 and not any_redis.zscore(keys.leases, "1")
+    assert any_redis.hget(keys.active, "3") == b"not json"  # kept as it is, for an operator to look at
+    assert sdk.counts() == {"pending": 0, "claimed": 75, "running": 0, "failed": 0}
+
+    any_redis.hset(keys.active, "3", good.replace(b'"partition_id":1,', b'"partition_id":3,'))
+    assert sdk.requeue_unreadable([3, 4, 999]) == [4]  # 3 reads now; 4 does not; 999 has no record
+    assert {pid for pid, _ in sdk.unreadable()} == set(range(1, 26)) - {3}
+    assert sdk.claim("w2").partition_id == 3  # type: ignore[union-attr]
+
+
+def test_a_record_python_refuses_is_set_aside_when_claimed(any_redis: redis.Redis, namespace: str) -> None:
+    """A record in the native layout whose values Python refuses (min_id above max_id) is set aside
+    as unreadable, and the claim goes on to the next."""
+    from layers import ActiveLayer
+
+    keys = KeySchema.of(namespace, client=any_redis)
+    sdk = ActiveLayer(any_redis, namespace)
+    sdk.create_partitions(1, 20, 10)
+    raw = any_redis.hget(keys.active, "1")
+    any_redis.hset(keys.active, "1", raw.replace(b'"max_id":10', b'"max_id":-10'))  # type: ignore[union-attr]
+    assert sdk.claim("w1").partition_id == 2  # type: ignore[union-attr]
+    assert [pid for pid, _ in sdk.unreadable()] == [1]
+    assert any_redis.zscore(keys.leases, "1") is None and any_redis.zscore(keys.pending, "1") is None
+
+
+def test_unreadable_records_are_listed_shown_and_requeued_from_the_command_line(
+    engine_url: str, real_redis: redis.Redis, namespace: str
+) -> None:
+    import json
+    import re
+
+    from layers import ActiveLayer
+    from tests.helpers import run_cli, scraped
+
+    keys = KeySchema(namespace)
+    sdk = ActiveLayer(real_redis, namespace)
+    sdk.create_partitions(1, 30, 10)
+    good: bytes = real_redis.hget(keys.active, "2")  # type: ignore[assignment]
+    real_redis.hset(keys.active, "2", b'{"status":"pending","version":')
+    assert sdk.claim("w1").partition_id == 1  # type: ignore[union-attr]  # 2 set aside on the way
+    assert sdk.claim("w1").partition_id == 3  # type: ignore[union-attr]
+
+    assert scraped(real_redis, keys)["partarchive_active_unreadable"] == 1
+    status = run_cli(engine_url, namespace, "status")
+    assert re.search(r"^unreadable records +1 set aside \(partarchive dead-letters list\)$", status.stdout, re.M)
+    listed = run_cli(engine_url, namespace, "dead-letters", "list")
+    assert listed.returncode == 0 and listed.stdout.startswith("active:2  active:2  unreadable record")
+    shown = json.loads(run_cli(engine_url, namespace, "dead-letters", "show", "active:2").stdout)
+    assert shown["record"] == '{"status":"pending","version":' and shown["set_aside_ms"] > 0
+    assert run_cli(engine_url, namespace, "dead-letters", "show", "active:3").returncode == 1  # not set aside
+    bad = run_cli(engine_url, namespace, "dead-letters", "requeue", "active:x")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+    still = run_cli(engine_url, namespace, "dead-letters", "requeue", "--all")
+    assert still.returncode == 0 and "requeued 0; 1 still unreadable (active:2)" in still.stdout
+    purged = run_cli(engine_url, namespace, "dead-letters", "purge", "--all")
+    assert purged.returncode == 0 and real_redis.zscore(keys.unreadable, "2") is not None  # kept
+
+    real_redis.hset(keys.active, "2", good)  # mended by hand
+    requeued = run_cli(engine_url, namespace, "dead-letters", "requeue", "active:2")
+    assert requeued.returncode == 0 and requeued.stdout.strip() == "requeued 1"
+    assert sdk.claim("w1").partition_id == 2  # type: ignore[union-attr]
+    assert run_cli(engine_url, namespace, "dead-letters", "list").stdout.strip() == "no dead letters"

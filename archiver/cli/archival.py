@@ -9,16 +9,15 @@ import datetime as dt
 import getpass
 import socket
 
+from archiver.cli.target import open_namespace
 from archiver.config import Config
-from archiver.engine import client_for
 from archiver.gray_report import CohortReport, build_report
-from archiver.namespace import Namespace
 from archiver.output import print_json
 from layers.control.switch import ArchivalState
 
 
 def command(args: argparse.Namespace, config: Config) -> int:
-    ns = Namespace(client_for(config), config)
+    ns = open_namespace(config)  # a namespace bound to a Go deployment switches under Go's prefix
     action = args.archival_command
     queued = None
     if action == "pause":

@@ -8,7 +8,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import redis
 
@@ -17,6 +17,9 @@ from archiver.cli.target import open_namespace
 from archiver.config import Config
 from archiver.engine import client_for
 from archiver.namespace import Namespace
+
+if TYPE_CHECKING:
+    from archiver.daemon.probes import LoopProbe
 
 T = TypeVar("T")
 
@@ -43,18 +46,22 @@ def command(args: argparse.Namespace, config: Config) -> int:
         configs = [_when_ready(functools.partial(_bound, client, config, name)).config for name in args.namespaces]
         MultiArchiver(client, configs, consumer=args.consumer).run()
         return 0
-    ns = _when_ready(lambda: open_namespace(config, existing=False))
-    daemon = ArchiverDaemon(ns.redis, ns.config, consumer=args.consumer)
-    if args.metrics_port is not None:
-        from archiver.daemon.probes import serve_metrics
-        from archiver.metrics import register_state_collector
+    probe = None
+    if args.metrics_port is not None:  # served before Redis answers: a pod waiting for it stays alive
+        from archiver.daemon.probes import LoopProbe, serve_metrics
 
         check_port(args.metrics_port)
-        register_state_collector(daemon.archive)
+        probe = LoopProbe(threading.Event())
         try:
-            serve_metrics(args.metrics_port, args.metrics_host, daemon.probe)
+            serve_metrics(args.metrics_port, args.metrics_host, probe)
         except OSError as exc:
             raise CliError(_port_error(args, exc)) from None
+    ns = _when_ready(lambda: open_namespace(config, existing=False), probe)
+    daemon = ArchiverDaemon(ns.redis, ns.config, consumer=args.consumer, probe=probe)
+    if probe is not None:
+        from archiver.metrics import register_state_collector
+
+        register_state_collector(daemon.archive)
     daemon.run()
     return 0
 
@@ -63,12 +70,17 @@ def _bound(client: redis.Redis, config: Config, name: str) -> Namespace:
     return Namespace.bound(client, replace(config, namespace=name))
 
 
-def _when_ready(step: Callable[[], T]) -> T:
-    """``step()`` once Redis answers (`until_ready`); SIGTERM before then ends the process, as
-    nothing is in hand yet."""
+def _when_ready(step: Callable[[], T], probe: LoopProbe | None = None) -> T:
+    """``step()`` once Redis answers (`until_ready`), each attempt a turn of ``probe``'s loop (its
+    liveness); SIGTERM before then ends the process, as nothing is in hand yet."""
     from archiver.daemon.loop import until_ready
 
-    result = until_ready(step, threading.Event())
+    def attempt() -> T:
+        if probe is not None:
+            probe.turned()
+        return step()
+
+    result = until_ready(attempt, threading.Event())
     if result is None:  # nothing sets the event: unreachable
         raise CliError("stopped before Redis answered")
     return result

@@ -113,6 +113,8 @@ def format_status(report: dict[str, Any]) -> str:
     rows = [
         ("namespace", report["namespace"]),
         ("active partitions", f"{a['size']} ({by_status})"),
+        *([("unreadable records", f"{a['unreadable']:,} set aside (partarchive dead-letters list)")]
+          if a.get("unreadable") else []),
         ("job progress", _progress(report["progress"])),
         ("completion rate", _rates(report["progress"])),
         ("ETA", report["progress"]["eta"]),

@@ -75,19 +75,23 @@ class ArchiverDaemon:
         consumer: str | None = None,
         *,
         stop: threading.Event | None = None,
+        probe: LoopProbe | None = None,
     ) -> None:
-        """``stop`` is shared when one loop runs several daemons (`archiver.daemon.multi`)."""
+        """``stop`` is shared when one loop runs several daemons (`archiver.daemon.multi`); ``probe``
+        is one already served (``run --metrics-port`` serves it before Redis answers), whose event
+        then stops the daemon."""
         self.namespace = ns = Namespace(redis_client, config)
         self.config = config = ns.config
         self.keys = ns.keys
         self.queue = ns.queue
         self.archive = ns.archive
         self.consumer = consumer or default_consumer_name()
-        self._stop = stop or threading.Event()
-        self.probe = LoopProbe(self._stop)  # what --metrics-port answers on /healthz and /readyz
+        self._stop = stop or (probe.stop if probe is not None else threading.Event())
+        self.probe = probe or LoopProbe(self._stop)  # what --metrics-port answers on /healthz and /readyz
         self._next_maintenance = 0.0
         self._next_take_over = 0.0  # XAUTOCLAIM: every round while it finds entries, else at most every second
         self._next_adopt = 0.0
+        self._next_resync = 0.0
         self._adopter: Any = None
         if config.adopt_elk and config.elk_prefix is not None:
             from archiver.elk.migrate import ElkMigration
@@ -366,7 +370,7 @@ class ArchiverDaemon:
         steps = self.pacer.run(busy_s, self._maintenance_step)
         if steps:
             log.debug("maintenance", items=steps, tier=self.archive.tier().value)
-        return done + steps + self._adopt(now)
+        return done + steps + self._adopt(now) + self._resync(now)
 
     def _maintenance_step(self, batches: int) -> int:
         """Tier moves and expiry (sealing held while compression is skipped), else statistics
@@ -388,6 +392,17 @@ class ArchiverDaemon:
         if adopted:
             log.info("adopted elk_coordinator completions", count=adopted)
         return adopted
+
+
+    def _resync(self, now: float) -> int:
+        """In a namespace bound to a Go deployment, rebuild the active indexes from Go's hash every
+        ``adopt_interval_s`` (Go's workers change it without them), so what `status` and ``/metrics``
+        count from the indexes, in one round trip, follows Go's writes too."""
+        if self.keys.elk_prefix is None or now < self._next_resync:
+            return 0
+        self._next_resync = now + self.config.adopt_interval_s
+        self.namespace.active.sync()
+        return 0
 
 
 def until_ready(step: Callable[[], T], stop: threading.Event) -> T | None:

@@ -24,6 +24,7 @@ layout of its format, saying nothing new, and the step runs again.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -59,6 +60,7 @@ from layers.plumbing.steps import Batch, Call, Script, Steps, one
 
 RECORD_FORMATS = ("native", "elk")
 _SYNC_EVERY_S = 1.0
+_SEEN_MAX = 4096  # records remembered (`ActiveCore._seen`): more partitions than a process holds at once
 #: How often at most a claim looks for stale leases (`ActiveCore._claim`).
 STALE_LOOK_S = 1.0
 
@@ -97,8 +99,10 @@ class ActiveCore(ActiveReads, ActiveLeader):
         self._elk_times = record_format == "elk" or keys.elk_prefix is not None
         self._elk_second: int | None = None  # the second `_elk_prefix` writes
         self._elk_prefix = ""
-        self._unreadable: set[str] = set()  # pids of records upgrade.lua found corrupt: claim passes them over
         self._workers: dict[str, str] = {}  # worker ids checked, as the JSON text the scripts compare
+        # pid -> the native record as this SDK's last step on it answered (and parsed): sent with the
+        # next step, whose script then need not check the record whole again (`_layout.lua`'s native_at)
+        self._seen: dict[int, bytes | str] = {}
         k = self.keys  # each step's keys, named once (a key name is built at each ask)
         self._step_keys = {
             "claim": [k.active, k.pending, k.leases, *k.go_stats],
@@ -162,13 +166,16 @@ class ActiveCore(ActiveReads, ActiveLeader):
             now_ms, now_s, now_elk = yield from self._clock_args()
             look = now_ms >= self._next_stale_look
             cutoff = now_ms - self._stale_ms
-            skip = f",{','.join(sorted(self._unreadable))}," if self._unreadable else ""
-            args = [worker, now_ms, now_s, *((cutoff, -cutoff) if look else ("", "")), *_trailing(now_elk, skip)]
+            args = [worker, now_ms, now_s, *((cutoff, -cutoff) if look else ("", "")), *_trailing(now_elk)]
             got = yield from self._run("claim", keys, args)
             if look:
                 self._next_stale_look = now_ms + self._stale_look_ms
             if not isinstance(got, list):
-                return parse_active(got)
+                try:
+                    return self._read(got)
+                except DecodeError:  # claimed, and then found unreadable here: set aside, the next one claimed
+                    yield from self._upgrade([_pid_of(got)], aside=True)
+                    continue
             head = as_text(got[0])
             if head == "none":
                 if look:
@@ -176,18 +183,42 @@ class ActiveCore(ActiveReads, ActiveLeader):
                 self._next_stale_look = 0  # nothing pending: the leases are looked at before saying so
             elif head == "elk_time":
                 self._elk_times = True
-            else:  # 'upgrade': a record of an earlier release met first
-                pid = as_text(got[1])
-                if pid in upgraded:  # rewritten, and still in no layout: passed over from now on
-                    self._unreadable.add(pid)
-                else:
-                    self._unreadable.update((yield from self._upgrade([pid])))
-                    upgraded.add(pid)
+            else:  # 'upgrade': records of an earlier release, or unreadable ones, met first
+                pids = [as_text(pid) for pid in got[1:]]
+                if upgraded.intersection(pids):  # rewritten, and met again in no layout
+                    raise DecodeError(f"the stored records of partitions {', '.join(pids)} stay in no layout")
+                yield from self._upgrade(pids)
+                upgraded.update(pids)
 
-    def _upgrade(self, pids: list[str]) -> Steps[list[str]]:
-        """Rewrite records in the layout of their format (`layers/active/lua/upgrade.lua`); returns the
-        pids whose records cannot be read."""
-        got = yield from self._run("upgrade", [self.keys.active, self.keys.leases], pids)
+    def _read(self, raw: bytes | str) -> PartitionInfo:
+        """The record a step answered, parsed; a native one is remembered for the next step on it."""
+        part = parse_active(raw)
+        if raw[:10] in (b'{"status":', '{"status":'):
+            if len(self._seen) >= _SEEN_MAX:
+                self._seen.clear()
+            self._seen[part.partition_id] = raw
+        return part
+
+    @typed
+    def _requeue_unreadable(self, pids: list[int]) -> Steps[list[int]]:
+        """Put records set aside as unreadable (`_unreadable`) back in the index of their status,
+        those that read now (mended by hand); returns the pids still unreadable, which stay aside.
+        A pid with no record leaves the set."""
+        for pid in pids:
+            check_partition_id(pid)
+        still: list[int] = []
+        for start in range(0, len(pids), 500):
+            still += [int(p) for p in (yield from self._upgrade([str(p) for p in pids[start : start + 500]]))]
+        return still
+
+    def _upgrade(self, pids: list[str], *, aside: bool = False) -> Steps[list[str]]:
+        """Rewrite records in the layout of their format and in the index of their status, and set
+        the unreadable ones aside (`layers/active/lua/upgrade.lua`), or (``aside``) set them all
+        aside; returns the pids whose records cannot be read."""
+        k = self.keys
+        now_ms = int((yield from self._now()) * 1000)
+        keys = [k.active, k.leases, k.pending, k.failed, k.unreadable]
+        got = yield from self._run("upgrade", keys, [now_ms, "aside" if aside else "", *pids])
         return [as_text(pid) for pid in got]
 
     def _step(self, script: str, keys: list[str], args: list[Any], pid: int, op: str) -> Steps[Any]:
@@ -219,32 +250,42 @@ class ActiveCore(ActiveReads, ActiveLeader):
         pending: dict[str, int] = {}
         failed: dict[str, int] = {}
         leases: dict[str, int] = {}
+        unreadable: set[str] = set()
         counts: Counter[str] = Counter()
         cursor = 0
         while True:
             cursor, page = yield one().hscan(k.active, cursor, count=1000)
             for field, raw in page.items():
+                pid = as_text(field)
                 try:
                     part = parse_active(raw)
                 except (DecodeError, ValidationError):
+                    unreadable.add(pid)
                     continue
-                pid = as_text(field)
-                counts[part.status.value] += 1
-                if part.status.value == "pending":
+                status = part.status.value
+                counts[status] += 1
+                if status == "pending":
                     pending[pid] = part.partition_id
-                elif part.status.value == "failed":
+                elif status == "failed":
                     failed[pid] = part.partition_id
-                elif part.status.value == "claimed":
+                elif status == "claimed":
                     leases[pid] = _heartbeat_ms(raw, part)
-                else:
+                elif status == "running":
                     leases[pid] = -_heartbeat_ms(raw, part)
+                # completed: held by the archival switch (`archival_held`), in none of these indexes
             if not int(cursor):
                 break
+        set_aside = {as_text(pid) for pid in (yield one().zrange(k.unreadable, 0, -1))}
+        now_ms = int((yield from self._now()) * 1000)
         batch = Batch(transaction=True)
         batch.delete(k.pending, k.failed, k.leases)
         for zset, members in ((k.pending, pending), (k.failed, failed), (k.leases, leases)):
             if members:
                 batch.zadd(zset, members)  # type: ignore[arg-type,misc]
+        if set_aside - unreadable:  # mended, or gone
+            batch.zrem(k.unreadable, *(set_aside - unreadable))
+        if unreadable - set_aside:
+            batch.zadd(k.unreadable, dict.fromkeys(unreadable - set_aside, now_ms), nx=True)  # type: ignore[misc]
         yield batch
         self._next_sync = (yield from self._now()) + _SYNC_EVERY_S
         return {s.value: counts.get(s.value, 0) for s in ACTIVE_STATUSES}
@@ -254,20 +295,20 @@ class ActiveCore(ActiveReads, ActiveLeader):
         worker, expected = _worker_json(self, worker_id), _version_arg(expected_version)
         while True:
             now_ms, now_s, now_elk = yield from self._clock_args()
-            args = [pid, worker, now_s, -now_ms, *_trailing(now_elk, expected)]
+            args = [pid, worker, now_s, -now_ms, *_trailing(now_elk, expected, self._seen.get(pid, ""))]
             got = yield from self._step("start", self._step_keys["start"], args, pid, "start")
             if got is not None:
-                return parse_active(got)
+                return self._read(got)
 
     def _heartbeat(self, pid: int, worker_id: str, *, expected_version: int | None = None) -> Steps[PartitionInfo]:
         check_partition_id(pid)
         worker, expected = _worker_json(self, worker_id), _version_arg(expected_version)
         while True:
             _, now_s, now_elk = yield from self._clock_args()
-            args = [pid, worker, now_s, *_trailing(now_elk, expected)]
+            args = [pid, worker, now_s, *_trailing(now_elk, expected, self._seen.get(pid, ""))]
             got = yield from self._step("heartbeat", self._step_keys["heartbeat"], args, pid, "heartbeat")
             if got is not None:
-                return parse_active(got)
+                return self._read(got)
 
     def _fail(
         self, pid: int, worker_id: str, error: str, *, expected_version: int | None = None
@@ -277,6 +318,7 @@ class ActiveCore(ActiveReads, ActiveLeader):
         check_text("error", error, MAX_ERROR_BYTES, allow_empty=True, multiline=True)
         k = self.keys
         _, now_s, now_elk = yield from self._clock_args()
+        self._seen.pop(pid, None)
         got = yield from self._run(
             "fail",
             [k.active, k.leases, k.failed, *k.go_stats],
@@ -292,6 +334,7 @@ class ActiveCore(ActiveReads, ActiveLeader):
         worker, expected = _worker_json(self, worker_id), _version_arg(expected_version)
         latencies, held_latencies = self._latencies.take_due(), self._held_latencies.take_due()
         handed, held_handed = latency_argument(latencies), latency_argument(held_latencies)
+        seen = self._seen.pop(pid, "")
         started = time.perf_counter()
         try:
             while True:
@@ -304,7 +347,7 @@ class ActiveCore(ActiveReads, ActiveLeader):
                     pid,
                     worker,
                     now_s,
-                    *_trailing(now_elk, expected, now_ms if holding else "", handed, held_handed),
+                    *_trailing(now_elk, expected, now_ms if holding else "", handed, held_handed, seen),
                 ]
                 got = yield from self._step("complete", keys, args, pid, "complete")
                 if isinstance(got, list) and as_text(got[0]) == "paused" and not holding:
@@ -332,6 +375,14 @@ class ActiveCore(ActiveReads, ActiveLeader):
         self._latencies.give_back(latencies)  # the script adds them only when it completes
         self._held_latencies.give_back(held_latencies)
         return Completion(pid, already_completed=True)
+
+
+def _pid_of(raw: bytes | str) -> str:
+    """The partition id in a record that cannot be parsed (a step wrote it: it names one)."""
+    found = re.search(rb'"partition_id":(\d{1,10})[,}]', raw if isinstance(raw, bytes) else raw.encode())
+    if found is None:
+        raise DecodeError("a claimed record names no partition id")
+    return found.group(1).decode()
 
 
 def _heartbeat_ms(raw: bytes, part: PartitionInfo) -> int:

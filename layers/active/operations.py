@@ -27,3 +27,5 @@ class ActiveOperations(ActiveCore):
     counts = operation(ActiveCore._counts)
     size = operation(ActiveCore._size)
     is_completed = operation(ActiveCore._is_completed)
+    unreadable = operation(ActiveCore._unreadable)
+    requeue_unreadable = operation(ActiveCore._requeue_unreadable)

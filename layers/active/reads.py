@@ -140,3 +140,11 @@ class ActiveReads:
         """True once `complete` succeeded for this partition (archived or still queued)."""
         check_partition_id(pid)
         return bool((yield one().getbit(self.keys.done, pid)))
+
+    @typed
+    def _unreadable(self, limit: int = 100) -> Steps[list[tuple[int, int]]]:
+        """Partitions whose records no reader can read, set aside out of the claim indexes: (pid,
+        unix ms set aside), oldest first, at most ``limit``."""
+        check_int("limit", limit, 1, 10_000)
+        found = yield one().zrange(self.keys.unreadable, 0, limit - 1, withscores=True)
+        return [(int(pid), int(since)) for pid, since in found]

@@ -117,7 +117,7 @@ class ScriptCore:
         try:
             if not self.cluster:
                 return (yield from self._script(name, keys, args, failed))
-            return (yield from riding_out(lambda: self._script(name, keys, args), name))
+            return (yield from riding_out(lambda: self._script(name, keys, args), name, keys=keys))
         except NoScriptError:
             raise
         except ResponseError as exc:

@@ -35,14 +35,15 @@ and jitter (`RideOut`), for up to `BUDGET_S`, then raises `SlotMoving`. It is st
 (`layers.plumbing.drive`), so the blocking and the asyncio flavours ride out alike: every script on
 Redis Cluster (`layers.plumbing.scripts`), every MULTI/EXEC (`run_transaction`,
 `layers.plumbing.steps`), and any call through `ride_out` / `ride_out_async`. Each call sent again is counted in
-``partarchive_slot_move_retries_total{call}`` (created on the first, so importing registers nothing).
+``partarchive_slot_move_retries_total{namespace,call}`` (created on the first, so importing registers
+nothing), the namespace the one whose keys the call names (`KeySchema.namespace_of`).
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import cache
 from typing import Any, TypeVar
 
@@ -55,6 +56,7 @@ from redis.cluster import PRIMARY, ClusterNode, NodesManager
 from redis.exceptions import AskError, ClusterError, SlotNotCoveredError, TryAgainError
 
 from layers.errors import SlotMoving
+from layers.keys import KeySchema
 from layers.plumbing.drive import Call, Steps, Wait, adrive, aperform, drive, perform
 
 T = TypeVar("T")
@@ -72,8 +74,9 @@ class RideOut:
     """The backoff of one call riding out a slot move: exponential with jitter (20 ms doubling up
     to 1 s, each scaled by 0.5..1) within a budget of ``budget_s`` (default `BUDGET_S`)."""
 
-    def __init__(self, what: str, budget_s: float | None = None) -> None:
+    def __init__(self, what: str, budget_s: float | None = None, keys: Sequence[str] = ()) -> None:
         self.what = what
+        self.keys = keys  # the call's: its namespace labels the retries
         self.budget = BUDGET_S if budget_s is None else budget_s
         self.deadline = time.monotonic() + self.budget
         self.tries = 0
@@ -91,15 +94,18 @@ class RideOut:
                 f"Redis Cluster refused {self.what!r} for {self.budget:g} s while its slot moved between masters "
                 f"({self.tries} tries, the last: {last}); it did not run"
             ) from refused
-        slot_move_retries().labels(call=self.what).inc()
+        slot_move_retries().labels(namespace=KeySchema.namespace_of(self.keys), call=self.what).inc()
         return delay
 
 
-def riding_out(attempt: Callable[[], Steps[T]], what: str, *, budget_s: float | None = None) -> Steps[T]:
+def riding_out(
+    attempt: Callable[[], Steps[T]], what: str, *, budget_s: float | None = None, keys: Sequence[str] = ()
+) -> Steps[T]:
     """The steps of ``attempt()``, sent again (a new generator each time) while Redis Cluster
     refuses them because their slot is moving, waiting as `RideOut` says; other errors pass.
-    ``what`` names the call in the error and in the retries' metric (a few fixed names)."""
-    policy = RideOut(what, budget_s)
+    ``what`` names the call in the error and in the retries' metric (a few fixed names), ``keys``
+    (the call's) its namespace there."""
+    policy = RideOut(what, budget_s, keys)
     while True:
         try:
             return (yield from attempt())
@@ -114,16 +120,18 @@ def _calling(call: Callable[[], Any]) -> Callable[[], Steps[Any]]:
     return attempt
 
 
-def ride_out(call: Callable[[], T], what: str, *, budget_s: float | None = None) -> T:
+def ride_out(call: Callable[[], T], what: str, *, budget_s: float | None = None, keys: Sequence[str] = ()) -> T:
     """``call()``, called again while Redis Cluster refuses it because its slot is moving
     (`riding_out`); raises `SlotMoving` once the budget is spent."""
-    steps: Steps[T] = riding_out(_calling(call), what, budget_s=budget_s)
+    steps: Steps[T] = riding_out(_calling(call), what, budget_s=budget_s, keys=keys)
     return drive(steps, _perform)
 
 
-async def ride_out_async(call: Callable[[], Awaitable[T]], what: str, *, budget_s: float | None = None) -> T:
+async def ride_out_async(
+    call: Callable[[], Awaitable[T]], what: str, *, budget_s: float | None = None, keys: Sequence[str] = ()
+) -> T:
     """`ride_out` awaiting ``call()``."""
-    steps: Steps[T] = riding_out(_calling(call), what, budget_s=budget_s)
+    steps: Steps[T] = riding_out(_calling(call), what, budget_s=budget_s, keys=keys)
     return await adrive(steps, _aperform)
 
 
@@ -140,7 +148,7 @@ def slot_move_retries() -> Counter:
     return Counter(
         "partarchive_slot_move_retries",
         "Calls sent again because Redis Cluster refused them while their slot moved between masters.",
-        ["call"],
+        ["namespace", "call"],
     )
 
 
@@ -148,14 +156,19 @@ def run_transaction(client: redis.Redis, fill: Callable[[Pipeline], object], wha
     """MULTI, the commands ``fill`` queues on the pipeline, EXEC; on Redis Cluster built and sent
     again while its slot moves (a refused transaction ran none of its commands)."""
 
+    clustered = isinstance(client, redis.RedisCluster)
+    keys: list[str] = []  # the commands' first arguments, for the retries' metric
+
     def once() -> list[Any]:
         pipe = client.pipeline(transaction=True)
         fill(pipe)
+        if clustered:
+            keys[:] = [str(command.args[1]) for command in pipe.command_stack if len(command.args) > 1]
         return pipe.execute()
 
-    if not isinstance(client, redis.RedisCluster):
+    if not clustered:
         return once()
-    return ride_out(once, what)
+    return ride_out(once, what, keys=keys)
 
 
 class _NodesFollowingAsk(NodesManager):

@@ -112,7 +112,8 @@ class SyncIO:
                 args, options = step.calls[0]
                 return self.client.execute_command(*args, **options)
             if step.transaction and self._cluster:
-                return ride_out(lambda: self._batch(step), "transaction")  # refused while its slot moves
+                # refused while its slot moves
+                return ride_out(lambda: self._batch(step), "transaction", keys=_keys(step))
             return self._batch(step)
         return perform(self.client, step)
 
@@ -143,7 +144,7 @@ class AsyncIO:
                 args, options = step.calls[0]
                 return await self.client.execute_command(*args, **options)
             if step.transaction and self._cluster:
-                return await ride_out_async(lambda: self._batch(step), "transaction")  # as `SyncIO`
+                return await ride_out_async(lambda: self._batch(step), "transaction", keys=_keys(step))  # as `SyncIO`
             return await self._batch(step)
         return await aperform(self.client, step)
 
@@ -152,6 +153,11 @@ class AsyncIO:
         for args, options in step.calls:
             pipe.execute_command(*args, **options)
         return await pipe.execute(raise_on_error=step.raise_on_error)
+
+
+def _keys(step: Batch) -> list[str]:
+    """The keys of a batch's commands (each command's first argument), for `ride_out`'s metric."""
+    return [str(args[1]) for args, _ in step.calls if len(args) > 1]
 
 
 def blocking(steps: Callable[Concatenate[Any, P], Steps[T]]) -> Callable[Concatenate[Any, P], T]:

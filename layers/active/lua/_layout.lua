@@ -20,35 +20,16 @@
 -- Every string function Lua calls, and every string it makes, costs Redis about as much as a
 -- short command (and Lua's patterns more: a character at a time), so a native record in the
 -- state a step expects takes the shortest way: a search for what it starts with, its status and
--- worker (`native_head`), a search for the member after its version, then one concatenation
--- for the new record. `layout_of` reads any record in either layout, for Go's records and for a
--- step that has to say what is wrong.
+-- worker (`native_head`), a search for the member after its version, then one concatenation for
+-- the new record. Before it writes, a step checks the record whole to its end (`native_members`:
+-- it refuses any record Python or Go would not read the same way), unless the record is the one
+-- the caller's last step on it answered (`native_at`'s `seen`). `layout_of` reads any record in
+-- either layout, for Go's records and for a step that has to say what is wrong.
 
 -- What a native record in status `status` held by `worker` (JSON text) starts with, up to its
 -- version's digits.
 local function native_head(status, worker)
   return '{"status":"' .. status .. '","worker_id":' .. worker .. ',"version":'
-end
-
--- For a native record that starts with `head` (`native_head`): its version and the index of
--- `member` (',"name":', a member after the version), or nil.
-local function native_at(raw, head, member)
-  if string.find(raw, head, 1, true) ~= 1 then
-    return nil
-  end
-  local comma = string.find(raw, ',', #head + 1, true)
-  local at = comma and string.find(raw, member, comma, true)
-  local version = at and tonumber(string.sub(raw, #head + 1, comma - 1))
-  if version then
-    return version, at
-  end
-end
-
--- A native record from its members: `at` is the index of "partition_id" in `raw`, whose members
--- from there on are kept.
-local function native_record(raw, at, status, worker, version, updated_at, heartbeat, claimed_at)
-  return native_head(status, worker) .. version .. ',"updated_at":' .. updated_at .. ',"last_heartbeat":' .. heartbeat
-    .. ',"claimed_at":' .. claimed_at .. ',' .. string.sub(raw, at)
 end
 
 -- Index of the quote that closes the JSON string opening at s[i], or nil.
@@ -64,24 +45,6 @@ local function string_end(s, i)
     end
     j = k + 2
   end
-end
-
--- The members of a native record, with the positions a splice needs, or nil: {status, version
--- (number), heartbeat (unix s text), claimed_at (text), w (index of the worker's opening quote),
--- w_end (its closing quote), at (index of "partition_id")}.
-local function native_layout(raw)
-  local status, w = string.match(raw, '^{"status":"(%l+)","worker_id":()"')
-  local w_end = w and string_end(raw, w)
-  if not w_end or string.sub(raw, w_end + 1, w_end + 11) ~= ',"version":' then
-    return nil
-  end
-  local version, heartbeat, claimed_at, at = string.match(raw,
-    '^(%d+),"updated_at":%d+,"last_heartbeat":(%d+),"claimed_at":(%d+),()"partition_id":', w_end + 12)
-  if not at or not string.find(raw, '^"partition_id":%d+,"min_id":%-?%d+,"max_id":%-?%d+,"error":"', at) then
-    return nil
-  end
-  return {status = status, version = tonumber(version), heartbeat = heartbeat, claimed_at = claimed_at,
-          w = w, w_end = w_end, at = at}
 end
 
 -- The end of the JSON object or array opening at s[i], or nil.
@@ -108,6 +71,72 @@ local function container_end(s, i)
     end
     j = k + 1
   end
+end
+
+-- The members of a native record from its version's digits at `i` to its end, or nil when the
+-- record is not whole in the native layout (cut short, a member missing, twice or out of place,
+-- anything after it): its version (a number), last_heartbeat and claimed_at (text), and the
+-- indexes of the commas before "claimed_at", "partition_id" and "error". Every step reads a
+-- native record through this, the hot ones too, so no step accepts what another refuses.
+local function native_members(raw, i)
+  local version, heartbeat, c, claimed_at, p, e = string.match(raw,
+    '^(%d+),"updated_at":%d+,"last_heartbeat":(%d+)(),"claimed_at":(%d+)(),"partition_id":%d+,"min_id":%-?%d+,'
+    .. '"max_id":%-?%d+(),"error":"', i)
+  if not e then
+    return nil
+  end
+  local q = e + 10  -- the error's closing quote (most records have none)
+  if string.byte(raw, q) ~= 34 then
+    q = string_end(raw, e + 9)
+  end
+  if q and string.find(raw, '^,"created_at":%d+,"options":{}}$', q + 1) then
+    return tonumber(version), heartbeat, c, claimed_at, p, e
+  end
+  local o = q and string.match(raw, '^,"created_at":%d+,"options":(){', q + 1)
+  if o and container_end(raw, o) == #raw - 1 and string.byte(raw, #raw) == 125 then
+    return tonumber(version), heartbeat, c, claimed_at, p, e
+  end
+end
+
+-- For a native record that starts with `head` (`native_head`): its version and the index of the
+-- comma before "claimed_at"; nil when the record is not whole in the native layout
+-- (`native_members`). `seen` is the record as a step's reply last gave it to the caller, who
+-- read it then (Python's parser refuses what `native_members` does): a record still equal to it
+-- (an O(1) comparison, Lua's strings being interned) is whole, and only searched.
+local function native_at(raw, head, seen)
+  if string.find(raw, head, 1, true) ~= 1 then
+    return nil
+  end
+  if raw ~= seen then
+    local version, _, c = native_members(raw, #head + 1)
+    return version, c
+  end
+  local comma = string.find(raw, ',', #head + 1, true)
+  return tonumber(string.sub(raw, #head + 1, comma - 1)), string.find(raw, ',"claimed_at":', comma, true)
+end
+
+-- A native record from its members: `at` is the index of "partition_id" in `raw`, whose members
+-- from there on are kept.
+local function native_record(raw, at, status, worker, version, updated_at, heartbeat, claimed_at)
+  return native_head(status, worker) .. version .. ',"updated_at":' .. updated_at .. ',"last_heartbeat":' .. heartbeat
+    .. ',"claimed_at":' .. claimed_at .. ',' .. string.sub(raw, at)
+end
+
+-- The members of a native record, with the positions a splice needs, or nil: {status, version
+-- (number), heartbeat (unix s text), claimed_at (text), w (index of the worker's opening quote),
+-- w_end (its closing quote), at (index of "partition_id"), e (index of the comma before "error")}.
+local function native_layout(raw)
+  local status, w = string.match(raw, '^{"status":"(%l+)","worker_id":()"')
+  local w_end = w and string_end(raw, w)
+  if not w_end or string.sub(raw, w_end + 1, w_end + 11) ~= ',"version":' then
+    return nil
+  end
+  local version, heartbeat, _, claimed_at, p, e = native_members(raw, w_end + 12)
+  if not version then
+    return nil
+  end
+  return {status = status, version = version, heartbeat = heartbeat, claimed_at = claimed_at,
+          w = w, w_end = w_end, at = p + 1, e = e}
 end
 
 -- The members of a Go record a step reads, with the positions a splice needs, or nil:
@@ -138,6 +167,17 @@ local function elk_layout(raw)
   end
   local v, version, v_after = string.match(raw, '^"version":()(%d+)()[,}]', at)
   if not v then
+    return nil
+  end
+  local tail = v_after
+  if string.find(raw, '^,"error":"', tail) then
+    tail = string_end(raw, tail + 9)
+    if not tail then
+      return nil
+    end
+    tail = tail + 1
+  end
+  if not string.find(raw, '^,"created_at":"[^"\\]*"}$', tail) then
     return nil
   end
   return {status = status, version = tonumber(version), heartbeat = heartbeat, w = w, w_end = w_end,

@@ -7,11 +7,11 @@
 --         stale leases this time (the SDK looks at most every so often, `ActiveCore._claim`)
 -- ARGV[5] minus ARGV[4]
 -- ARGV[6] now as RFC 3339 JSON text (needed for a Go record: '' or absent otherwise)
--- ARGV[7] pids not to claim, ',pid,pid,' ('' or absent for none): records upgrade.lua found corrupt
 -- (Numbers come as the text Redis is sent: Lua would format a number it computes for a command.)
--- Returns the claimed record's JSON | {'none'} | {'upgrade', pid}: the record of pid is in
--- neither layout of `_layout.lua` | {'elk_time'}: a Go record, and no ARGV[6]; nothing was
--- written unless it answers a record.
+-- Returns the claimed record's JSON | {'none'} | {'upgrade', pid, ...}: the records of those pids
+-- are in neither layout of `_layout.lua` (upgrade.lua rewrites them, or sets the unreadable ones
+-- aside, out of every index) | {'elk_time'}: a Go record, and no ARGV[6]; nothing was written
+-- unless it answers a record.
 -- Looks at the first 20 stale leases and about the first 20 pending pids.
 -- A lease's score is its heartbeat as the index last saw it, positive while claimed and negative
 -- while running (`KeySchema.leases`). Heartbeats do not move it: a lease that looks stale here
@@ -38,7 +38,8 @@ if ARGV[4] == '' and not KEYS[4] then
   raw, err = typed_call('hash', 'HGET', KEYS[1], pid)
   local version, rest
   if raw then
-    version, rest = native_at(raw, '{"status":"pending","worker_id":"","version":', ',"partition_id":')
+    version, rest = native_at(raw, '{"status":"pending","worker_id":"","version":')
+    rest = rest and string.find(raw, ',', rest + 1, true)  -- the comma before "partition_id"
   end
   if rest then
     local now = ARGV[3]
@@ -55,7 +56,6 @@ if ARGV[4] == '' and not KEYS[4] then
 end
 
 -- any other case: a stale lease, a Go record, an index entry out of step with its record
-local skip = ARGV[7] or ''
 local stale, pending = {}, nil
 if ARGV[4] ~= '' then
   stale, err = typed_call('zset', 'ZRANGEBYSCORE', KEYS[3], ARGV[5], ARGV[4], 'LIMIT', '0', '20')
@@ -65,8 +65,11 @@ if ARGV[4] ~= '' then
 end
 local cutoff = tonumber(ARGV[4] ~= '' and ARGV[4] or '0')
 
+-- the pids met whose records are in no layout: answered for upgrade.lua, before anything is claimed
+local upgrade = {'upgrade'}
+
 -- the record of pid and its layout, or nil and what to do with the index entry: 'drop' it,
--- 'skip' it (corrupt), or the reply to return
+-- 'upgrade' it (listed in `upgrade`), or the reply to return
 local function candidate(pid)
   local raw, refused = typed_call('hash', 'HGET', KEYS[1], pid)
   if refused then
@@ -80,10 +83,8 @@ local function candidate(pid)
     rec.raw = raw
     return rec
   end
-  if skip ~= '' and string.find(skip, ',' .. pid .. ',', 1, true) then
-    return nil, 'skip'
-  end
-  return nil, {'upgrade', pid}
+  upgrade[#upgrade + 1] = pid
+  return nil, 'upgrade'
 end
 
 local function lease_score(rec)
@@ -116,7 +117,7 @@ while not chosen and first <= 20 do
     return err
   end
   if #pending == 0 then
-    return {'none'}
+    break
   end
   local removed = 0
   for _, pid in ipairs(pending) do
@@ -135,6 +136,9 @@ while not chosen and first <= 20 do
     end
   end
   first, window = first + window + 1 - removed, 19
+end
+if #upgrade > 1 then
+  return upgrade
 end
 if not chosen then
   return {'none'}

@@ -18,6 +18,8 @@
 --         completes the partition (the caller keeps them for a later call otherwise); skipped,
 --         not an error, if that hash was tampered with
 -- ARGV[8] the same for completions held, added to the fields hb<bucket> and hsum_us
+-- ARGV[9] the record as the caller's last step on it answered, so a record still as it was is
+--         not checked whole again (`native_at`)
 -- (an argument left out, or '', is not given)
 -- Returns '<stream entry id> <archived JSON>' | {'held', the record as kept} | {'already'}
 -- | {'upgrade'} (the record is in neither layout of `_layout.lua`) | {'paused'} (KEYS[6] or
@@ -69,9 +71,9 @@ local function write_completion(keys, pid, entry, held_key, score)
 end
 
 -- The archived form of a native record (`raw`) held since `claimed_at`, completed at `now`
--- (unix s): its range, from "partition_id" at index `at`, then worker, completion and duration.
-local function native_entry(raw, at, worker, claimed_at, now)
-  local range_end = string.find(raw, ',"error":', at, true)
+-- (unix s): its range, from "partition_id" at index `at` to the comma before "error" at
+-- `range_end`, then worker, completion and duration.
+local function native_entry(raw, at, range_end, worker, claimed_at, now)
   return '{' .. string.sub(raw, at, range_end - 1) .. ',"worker_id":' .. worker .. ',"completed_at":' .. now
     .. ',"duration":' .. string.format('%d', math.max(0, now - claimed_at)) .. '}'
 end
@@ -83,9 +85,9 @@ if err then
 end
 
 -- a native record as a completion finds it, archived and no latencies to hand
-local version, at = native_at(raw or '', native_head('running', worker), ',"claimed_at":')
+local version, at = native_at(raw or '', native_head('running', worker), ARGV[9])
 if not at then
-  version, at = native_at(raw or '', native_head('claimed', worker), ',"claimed_at":')
+  version, at = native_at(raw or '', native_head('claimed', worker), ARGV[9])
 end
 local switch, refused = typed_call('string', 'GET', KEYS[5])
 if refused then
@@ -93,7 +95,8 @@ if refused then
 end
 if at and (expected == '' or tonumber(expected) == version) and not KEYS[7] and (not switch or archives(switch, pid)) then
   local comma = string.find(raw, ',', at + 14, true)
-  local entry = native_entry(raw, comma + 1, worker, string.sub(raw, at + 14, comma - 1), now)
+  local entry = native_entry(raw, comma + 1, string.find(raw, ',"error":', comma, true), worker,
+    string.sub(raw, at + 14, comma - 1), now)
   local id
   id, err = write_completion(KEYS, pid, entry)
   if not id then
@@ -185,7 +188,7 @@ if paused or share_bucket(pid) >= share then
   end
   score = held_score(pid, ARGV[6])
 elseif rec.fmt == 'native' then
-  entry = native_entry(raw, rec.at, worker, rec.claimed_at, now)
+  entry = native_entry(raw, rec.at, rec.e, worker, rec.claimed_at, now)
 end
 local id
 id, err = write_completion(KEYS, pid, entry, held_key, score)

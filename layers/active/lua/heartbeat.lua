@@ -3,6 +3,8 @@
 -- ARGV[1] pid   ARGV[2] worker_id as JSON text   ARGV[3] now (unix s)
 -- ARGV[4] now as RFC 3339 JSON text (needed for a Go record: '' or absent otherwise)
 -- ARGV[5] expected version ('' or absent = any)
+-- ARGV[6] the record as the caller's last step on it answered ('' or absent: not known), so a
+--         record still as it was is not checked whole again (`native_at`)
 -- Returns the record JSON | {'upgrade'} (the record is in neither layout of `_layout.lua`)
 -- | {'elk_time'} (a Go record, and no ARGV[4]) | {'err', code, detail}; nothing is written
 -- unless it answers the record.
@@ -19,10 +21,10 @@ end
 
 -- a native record as a heartbeat finds it: running, or claimed and not started yet
 local head = native_head('running', worker)
-local version, rest = native_at(raw, head, ',"claimed_at":')
+local version, rest = native_at(raw, head, ARGV[6])
 if not rest then
   head = native_head('claimed', worker)
-  version, rest = native_at(raw, head, ',"claimed_at":')
+  version, rest = native_at(raw, head, ARGV[6])
 end
 if rest and (expected == '' or tonumber(expected) == version) then
   local now = ARGV[3]

@@ -5,6 +5,8 @@
 -- ARGV[4] the lease's score once running: minus now (unix ms)
 -- ARGV[5] now as RFC 3339 JSON text (needed for a Go record: '' or absent otherwise)
 -- ARGV[6] expected version ('' or absent = any)
+-- ARGV[7] the record as the caller's last step on it answered ('' or absent: not known), so a
+--         record still as it was is not checked whole again (`native_at`)
 -- Returns the record JSON | {'upgrade'} (the record is in neither layout of `_layout.lua`)
 -- | {'elk_time'} (a Go record, and no ARGV[5]) | {'err', code, detail}; nothing is written
 -- unless it answers the record.
@@ -21,7 +23,7 @@ if not raw then
 end
 
 -- a native record as a start finds it
-local version, rest = native_at(raw, native_head('claimed', worker), ',"claimed_at":')
+local version, rest = native_at(raw, native_head('claimed', worker), ARGV[7])
 if rest and (expected == '' or tonumber(expected) == version) and not KEYS[3] then
   err = select(2, typed_call('zset', 'ZADD', KEYS[2], ARGV[4], pid))
   if err then

@@ -47,7 +47,7 @@ local function parse_object(s)
   end
   i = string.find(s, '%S', i + 1)
   if i and string.sub(s, i, i) == '}' then
-    return obj
+    return not string.find(s, '%S', i + 1) and obj or nil
   end
   while i do
     if string.sub(s, i, i) ~= '"' then
@@ -89,7 +89,7 @@ local function parse_object(s)
     end
     local c = string.sub(s, i, i)
     if c == '}' then
-      return obj
+      return not string.find(s, '%S', i + 1) and obj or nil  -- nothing after it, as for a JSON parser
     end
     if c ~= ',' then
       return nil
