@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from codec.record import ArchivedPartition
 
 _NAME = re.compile(r"^(\d{10})\.parquet$")
-_TEMP = re.compile(r"^\.(\d{10})\.parquet\.[0-9a-f]{12}\.tmp$")
+_TEMP = re.compile(r"^\.((\d{10})\.parquet\.[0-9a-f]{12}\.tmp|partarchive-probe\.[0-9a-f]{12})$")
 #: Files kept open for lookups (their footer read and parsed once).
 OPEN_FILES = 128
 
@@ -107,9 +107,9 @@ class ColdStore:
         try:
             self.fs.makedirs(self.root, exist_ok=True)
             self._write_durably(name, b"partarchive")
-            self.fs.rm_file(self.path(name))
         except OSError as exc:
             raise self._failed("write", exc) from None
+        self._remove_quietly(name)  # one left by a process killed here is deleted with the orphans
 
     def write(self, number: int, data: bytes) -> str:
         """``data`` under the name of file ``number``, durably (temporary name, fsync, rename);
@@ -151,7 +151,7 @@ class ColdStore:
             self.fs.rm_file(self.path(name))
 
     def listing(self) -> tuple[list[str], list[str]]:
-        """The names of the store's files, and of the temporary ones left by writers that died."""
+        """The names of the store's files, and of the temporary ones (and probes) left by writers that died."""
         try:
             entries = self.fs.ls(self.root, detail=False) if self.fs.exists(self.root) else []
         except OSError as exc:
