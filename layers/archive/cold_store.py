@@ -81,7 +81,7 @@ class ColdStore:
         self.shown = redact_url(url)
         try:
             self.fs, root = fsspec.core.url_to_fs(url)
-        except (ImportError, ValueError) as exc:  # an unknown protocol, its package missing
+        except Exception as exc:  # an unknown protocol, its package missing, a URL it cannot parse
             raise ColdStoreUnavailable(f"cold store {self.shown}: {self._said(exc)}") from None
         self.local = isinstance(self.fs, LocalFileSystem)
         base = root.rstrip("/")
@@ -107,7 +107,7 @@ class ColdStore:
         try:
             self.fs.makedirs(self.root, exist_ok=True)
             self._write_durably(name, b"partarchive")
-        except OSError as exc:
+        except Exception as exc:  # a filesystem's own errors are not all OSError: each said in one line
             raise self._failed("write", exc) from None
         self._remove_quietly(name)  # one left by a process killed here is deleted with the orphans
 
@@ -124,7 +124,7 @@ class ColdStore:
                 self._sync_directory()
             else:
                 self.fs.mv(self.path(temp), self.path(name))
-        except OSError as exc:
+        except Exception as exc:  # a filesystem's own errors are not all OSError: each said in one line
             self._remove_quietly(temp)
             raise self._failed(f"write {name}", exc) from None
         return name
@@ -154,7 +154,7 @@ class ColdStore:
         """The names of the store's files, and of the temporary ones (and probes) left by writers that died."""
         try:
             entries = self.fs.ls(self.root, detail=False) if self.fs.exists(self.root) else []
-        except OSError as exc:
+        except Exception as exc:  # a filesystem's own errors are not all OSError: each said in one line
             raise self._failed("list its files", exc) from None
         names = [str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries]
         return sorted(n for n in names if _NAME.match(n)), sorted(n for n in names if _TEMP.match(n))
@@ -165,13 +165,13 @@ class ColdStore:
         try:
             if self.fs.exists(self.path(name)):
                 self.fs.rm_file(self.path(name))
-        except OSError as exc:
+        except Exception as exc:  # a filesystem's own errors are not all OSError: each said in one line
             raise self._failed(f"delete {name}", exc) from None
 
     def size(self, name: str) -> int:
         try:
             return int(self.fs.size(self.path(name)))
-        except OSError as exc:
+        except Exception as exc:  # a filesystem's own errors are not all OSError: each said in one line
             raise self._failed(f"read the size of {name}", exc) from None
 
     def forget(self, name: str) -> None:
@@ -181,7 +181,6 @@ class ColdStore:
 
     def read_file(self, name: str) -> Any:
         """A whole file as a pyarrow Table; `ColdFileDamaged` if missing or not one of ours."""
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
         from codec.parquet import file_index
@@ -195,7 +194,7 @@ class ColdStore:
             raise ColdFileDamaged(f"cold file {name} is missing") from None
         except DecodeError as exc:
             raise ColdFileDamaged(f"cold file {name} is corrupt: {exc}") from None
-        except (pa.ArrowException, OSError) as exc:
+        except Exception as exc:  # pyarrow's, the filesystem's
             raise ColdFileDamaged(f"cold file {name} is corrupt: {self._said(exc)}") from None
 
     def rows_between(self, name: str, lo: int, hi: int) -> Rows:
@@ -215,7 +214,6 @@ class ColdStore:
     def read_row_groups(self, name: str, lo: int, hi: int, columns: list[str] | None = None) -> Any:
         """The rows of a file's row groups that can hold partitions ``lo .. hi``, as a pyarrow Table
         (the file kept open for the next read); `ColdFileDamaged` as `read_file`."""
-        import pyarrow as pa
 
         entry = self._opened(name)
         groups = entry.index.row_groups_between(lo, hi)
@@ -224,7 +222,7 @@ class ColdStore:
                 if not groups:
                     return entry.parquet.schema_arrow.empty_table()
                 return entry.parquet.read_row_groups(groups, columns=columns)
-        except (pa.ArrowException, OSError) as exc:
+        except Exception as exc:  # pyarrow's, the filesystem's
             self.forget(name)
             raise ColdFileDamaged(f"cold file {name} is corrupt: {self._said(exc)}") from None
 
@@ -234,7 +232,6 @@ class ColdStore:
             if entry is not None:
                 self._open.move_to_end(name)
                 return entry
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
         from codec.parquet import file_index
@@ -249,7 +246,7 @@ class ColdStore:
             raise ColdFileDamaged(f"cold file {name} is missing") from None
         except DecodeError as exc:
             raise ColdFileDamaged(f"cold file {name} is corrupt: {exc}") from None
-        except (pa.ArrowException, OSError) as exc:
+        except Exception as exc:  # pyarrow's, the filesystem's
             raise ColdFileDamaged(f"cold file {name} is corrupt: {self._said(exc)}") from None
         with self._lock:
             self._open[name] = entry
