@@ -181,21 +181,13 @@ class ColdStore:
 
     def read_file(self, name: str) -> Any:
         """A whole file as a pyarrow Table; `ColdFileDamaged` if missing or not one of ours."""
-        import pyarrow.parquet as pq
-
-        from codec.parquet import file_index
-
+        entry = self._opened(name)
         try:
-            with self.fs.open(self.path(name), "rb") as fh:
-                parquet = pq.ParquetFile(fh)
-                file_index(parquet)
-                return parquet.read()
-        except FileNotFoundError:
-            raise ColdFileDamaged(f"cold file {name} is missing") from None
-        except DecodeError as exc:
-            raise ColdFileDamaged(f"cold file {name} is corrupt: {exc}") from None
+            with entry.lock:
+                return entry.parquet.read()
         except Exception as exc:  # pyarrow's, the filesystem's
-            raise ColdFileDamaged(f"cold file {name} is corrupt: {self._said(exc)}") from None
+            self.forget(name)
+            raise self._damaged(name, exc) from None
 
     def rows_between(self, name: str, lo: int, hi: int) -> Rows:
         """The rows of a file with partition ids ``lo .. hi``, reading only the row groups that can
@@ -224,7 +216,13 @@ class ColdStore:
                 return entry.parquet.read_row_groups(groups, columns=columns)
         except Exception as exc:  # pyarrow's, the filesystem's
             self.forget(name)
-            raise ColdFileDamaged(f"cold file {name} is corrupt: {self._said(exc)}") from None
+            raise self._damaged(name, exc) from None
+
+    def _damaged(self, name: str, exc: Exception) -> ColdFileDamaged:
+        if isinstance(exc, FileNotFoundError):
+            return ColdFileDamaged(f"cold file {name} is missing")
+        why = str(exc) if isinstance(exc, DecodeError) else self._said(exc)
+        return ColdFileDamaged(f"cold file {name} is corrupt: {why}")
 
     def _opened(self, name: str) -> _Open:
         with self._lock:
@@ -242,12 +240,8 @@ class ColdStore:
             else:
                 parquet = pq.ParquetFile(self.fs.open(self.path(name), "rb"))
             entry = _Open(parquet, file_index(parquet), threading.Lock())
-        except FileNotFoundError:
-            raise ColdFileDamaged(f"cold file {name} is missing") from None
-        except DecodeError as exc:
-            raise ColdFileDamaged(f"cold file {name} is corrupt: {exc}") from None
-        except Exception as exc:  # pyarrow's, the filesystem's
-            raise ColdFileDamaged(f"cold file {name} is corrupt: {self._said(exc)}") from None
+        except Exception as exc:  # a missing file, pyarrow's errors, the filesystem's
+            raise self._damaged(name, exc) from None
         with self._lock:
             self._open[name] = entry
             while len(self._open) > OPEN_FILES:
