@@ -95,3 +95,26 @@ def test_export_parquet_gives_every_partition_once_and_the_runbook_query_counts_
     assert counted == dict(wanted)
     again = run_cli(engine_url, namespace, "export", "--format", "parquet", "--output", str(out))
     assert again.returncode == 2 and "not an empty directory" in again.stderr and again.stderr.count("\n") == 1
+
+
+def test_get_reads_the_store_where_this_process_is_told_it_is(
+    engine_url: str, real_redis: redis.Redis, namespace: str, tmp_path: Path
+) -> None:
+    """A store moved (its files copied elsewhere) is read where ``PARTARCHIVE_COLD_STORE`` says; without
+    it, where the namespace keeps it, whose file is gone: the statistics answer, and say why."""
+    import json
+    import shutil
+
+    from tests.test_cold import cold_namespace
+
+    ns = cold_namespace(real_redis, namespace, tmp_path / "old")
+    parts = parts_of(range(1, 300), int(time.time()) - 3 * DAY)
+    archive(ns, parts)
+    while migrate_step(ns.archive):
+        pass
+    shutil.move(tmp_path / "old", tmp_path / "new")
+    moved = run_cli(engine_url, namespace, "get", "42", "--json", PARTARCHIVE_COLD_STORE=str(tmp_path / "new"))
+    answer = json.loads(moved.stdout)
+    assert (answer["source"], answer["partition"]["worker_id"]) == ("cold", parts[41].worker_id), moved.stderr
+    stale = json.loads(run_cli(engine_url, namespace, "get", "42", "--json").stdout)
+    assert (stale["source"], stale["degraded"]) == ("statistics", True) and "is missing" in stale["detail"]

@@ -121,7 +121,7 @@ def create_app(
     active = ns.active
     search = Search(client, ns.archive, ns.cold_reads, budget_s=SEARCH_BUDGET_S)
     make_client = async_client or (lambda: async_twin(client))
-    routers = LoopRouters(lambda: AsyncQueryRouter(make_client(), keys, policy=ns.archive.policy))
+    routers = LoopRouters(lambda: AsyncQueryRouter(make_client(), keys, policy=ns.archive.policy, cold=ns.cold_reads))
 
     async def name_wrong_type() -> WrongKeyType:
         return await AsyncIO(routers().redis).run(wrong_type_error_steps(keys))
