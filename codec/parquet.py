@@ -149,11 +149,6 @@ class FileIndex:
     firsts: tuple[int, ...]
     rows: int
 
-    def row_group_of(self, pid: int) -> int | None:
-        """The one row group that can hold ``pid`` (None: before the first)."""
-        at = bisect.bisect_right(self.firsts, pid) - 1
-        return None if at < 0 else at
-
     def row_groups_between(self, lo: int, hi: int) -> list[int]:
         """The row groups that can hold partition ids ``lo .. hi``."""
         first = max(0, bisect.bisect_right(self.firsts, lo) - 1)

@@ -33,7 +33,7 @@ from typing import Any
 
 import redis
 
-from codec import ArchivedPartition, DecodeError, PartitionInfo, ValidationError
+from codec import DecodeError, PartitionInfo, ValidationError
 from codec.columnar import RowFilter
 from codec.elk import as_archived, parse_active, parse_archived
 from codec.framing import SHELF_SLOTS, blob_rows
@@ -685,8 +685,3 @@ def _layers(state: ArchiveState) -> list[str]:
         found.append("archive:batch")
     return found
 
-
-def archived_partition(row: dict[str, Any]) -> ArchivedPartition:
-    """An archived row of a page as the record it is."""
-    return ArchivedPartition(row["partition_id"], row["min_id"], row["max_id"], row["worker_id"],
-                             row["completed_at"], row["duration"])  # fmt: skip

@@ -130,8 +130,6 @@ class ColdTier:
         self._failures = 0
         self._resume_at = 0.0  # after a failure of the store: monotonic time of the next try
         self._orphans_at = 0.0  # monotonic time of the next look for orphans
-        self.files_written = 0
-        self.orphans_deleted = 0
 
     def fault_point(self, where: str) -> None:
         """A seam for the crash tests (``cold_written``: the file renamed, not recorded;
@@ -332,7 +330,6 @@ class ColdTier:
             _log().warning("cold file not recorded: its batches changed meanwhile", file=name)
             self.store.delete(name)
             return False
-        self.files_written += 1
         self.fault_point("cold_recorded")
         return True
 
@@ -368,5 +365,4 @@ class ColdTier:
             self.store.delete(name)
         if orphans:
             _log().info("deleted cold files no record names", files=len(orphans))
-        self.orphans_deleted += len(orphans)
         return len(orphans)
