@@ -16,6 +16,8 @@ from layers.keys import check_namespace
 from stats import DEFAULT_RANGE_WIDTH
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+#: Connections of an asyncio client's pool (`archiver.engine.connect.waiting_pool`): redis-py's default.
+DEFAULT_POOL_CONNECTIONS = 100
 _TIERS = TierPolicy()  # the tier settings' defaults live in TierPolicy
 _PRESSURE = PressureSettings()  # and the critical backlog's in PressureSettings
 
@@ -30,6 +32,7 @@ class Config:
     sentinel_password: str | None = field(default=None, repr=False)
     redis_password: str | None = field(default=None, repr=False)
     sentinel_retry_s: float = 60.0
+    redis_pool_connections: int = DEFAULT_POOL_CONNECTIONS
     elk_prefix: str | None = None
     record_format: str | None = None
     adopt_elk: bool = False
@@ -111,6 +114,7 @@ class Config:
             "stats_flush_count",
             "stats_range_width",
             "max_deliveries",
+            "redis_pool_connections",
         ):
             if getattr(self, name) < 1:
                 raise ValidationError(f"{name} must be at least 1")

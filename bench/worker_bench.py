@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from typing import Any
 
-import orjson
 import redis
 
 from bench.engine import bench_engine_url, drop, redis_cpu_us
 from bench.report import median, p99, table
 from bench.worker_load import ASYNC_TASKS, PROCESSES, Load, run_load
+from bench.worker_yardstick import original_steps
 from layers import ActiveLayer
 
 RUNS = 3
@@ -41,29 +40,6 @@ STEPS = ("claim", "start", "heartbeat", "complete")
 SENT = ("fcall", "evalsha", "eval", "time", "hscan", "exec", "multi")
 TARGETS = {"server_native": 30.0, "server_elk": 60.0, "rate_1": 0.8, "complete_1": 1.3, "rate_8": 0.6,
            "complete_8": 1.6, "rate_async": 0.8}  # fmt: skip
-
-
-def go_record(pid: int) -> dict[str, Any]:
-    """A pending PartitionInfo as elk_coordinator's leader writes it."""
-    now = "2026-11-26T10:00:00.123456789+08:00"
-    return {"partition_id": pid, "min_id": pid * 1000 - 999, "max_id": pid * 1000, "worker_id": "",
-            "last_heartbeat": now, "status": "pending", "updated_at": now, "version": 1, "created_at": now}  # fmt: skip
-
-
-def original_steps(client: Any, key: str, pid: int, worker: str) -> list[tuple[str, Callable[[], Any]]]:
-    """The original scheme's writes for one partition, each the whole record."""
-    rec = go_record(pid)
-
-    def write(status: str) -> Callable[[], Any]:
-        def step() -> Any:
-            rec["status"], rec["worker_id"], rec["version"] = status, worker, rec["version"] + 1
-            rec["updated_at"] = rec["last_heartbeat"] = "2026-11-26T10:00:01.5Z"
-            return client.hset(key, str(pid), orjson.dumps(rec))
-
-        return step
-
-    return [("claim", write("claimed")), ("start", write("running")), ("heartbeat", write("running")),
-            ("complete", write("completed"))]  # fmt: skip
 
 
 def _sent_usec(client: redis.Redis) -> float:

@@ -1,7 +1,7 @@
 """The worker section's load: `PROCESSES` processes take partitions through their whole life as
 fast as they can, each with one blocking loop (`ActiveLayer`) or `ASYNC_TASKS` asyncio tasks on
 one client (`AsyncActiveLayer`), beside the original scheme's four HSETs per partition written
-the same two ways (`bench.worker_bench.original_steps`). Each process reports when it began and
+the same two ways (`bench.worker_yardstick.original_steps`). Each process reports when it began and
 ended, how many lifecycles it did and its complete() (or completed-record HSET) latencies."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import redis.asyncio
 
 from bench.engine import drop
 from bench.report import median, p99
+from bench.worker_yardstick import original_steps
 from layers import ActiveLayer, AsyncActiveLayer
 
 PROCESSES = 8
@@ -32,8 +33,6 @@ class Load:
 
 
 def _blocking(url: str, worker: str, count: int, sdk_calls: bool, start: Any, out: Any) -> None:
-    from bench.worker_bench import original_steps
-
     client = redis.Redis.from_url(url)
     sdk = ActiveLayer(client, NS)
     sdk.get(1)  # the clock synced and the connection open before the start
@@ -67,8 +66,6 @@ def _blocking(url: str, worker: str, count: int, sdk_calls: bool, start: Any, ou
 
 
 def _asyncio(url: str, worker: str, count: int, sdk_calls: bool, start: Any, out: Any) -> None:
-    from bench.worker_bench import original_steps
-
     async def main() -> tuple[float, float, int, list[float]]:
         pool = redis.asyncio.BlockingConnectionPool.from_url(url, max_connections=ASYNC_TASKS)
         client = redis.asyncio.Redis(connection_pool=pool)

@@ -18,9 +18,11 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from archiver import AsyncQueryRouter, Source
-from archiver.engine import async_connect, async_twin
-from codec import PartitionInfo
+from archiver import AsyncQueryRouter, Config, Source
+from archiver.engine import async_client_for, async_connect, async_twin
+from archiver.engine.connect import WaitingCluster
+from archiver.engine.local_cluster import LocalCluster
+from codec import PartitionInfo, ValidationError
 from layers import ActiveLayer, KeySchema
 from layers.errors import WrongKeyType
 from layers.plumbing.scripts import LANE_CONNECTIONS, AsyncScripts, ReadLane
@@ -195,10 +197,43 @@ def test_lookups_beyond_the_pools_connections_wait_for_one(
     bounds it, rather than fail as if Redis were down; here 4 connections for 40 lookups at once."""
 
     async def main() -> None:
-        client = async_connect(engine_url) if made_by == "async_connect" else async_twin(real_redis)
-        assert isinstance(client, redis.asyncio.Redis)
-        client.connection_pool.max_connections = 4
+        made = async_connect(engine_url, pool_connections=4) if made_by == "async_connect" else None
+        client = made or async_twin(real_redis, 4)
+        assert isinstance(client, redis.asyncio.Redis) and client.connection_pool.max_connections == 4
         async with _routed(client, namespace) as router:
             await _answers_own(router, created)
 
     asyncio.run(main())
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("made_by", ["async_connect", "async_twin"])
+def test_lookups_beyond_the_pools_connections_wait_for_one_on_a_cluster(
+    cluster_redis: redis.RedisCluster, local_cluster: LocalCluster, namespace: str, made_by: str
+) -> None:
+    """Issue 47: one rule for every asyncio client, the cluster's too (redis-py's refuses a command at
+    once when a node's connections are all in use): 40 lookups at once on 4 connections a node."""
+    created = list(ActiveLayer(cluster_redis, namespace).create_partitions(1, 40_000, 1000))
+
+    async def main() -> None:
+        if made_by == "async_connect":
+            client = async_connect(local_cluster.url, cluster=True, pool_connections=4)
+        else:
+            client = async_twin(cluster_redis, 4)
+        assert isinstance(client, WaitingCluster)
+        try:
+            answers = await asyncio.gather(*(AsyncQueryRouter(client, namespace).get(pid) for pid in created))
+            assert [answer.partition.partition_id for answer in answers if answer.partition] == created
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+def test_the_pools_bound_is_a_setting() -> None:
+    """``PARTARCHIVE_REDIS_POOL_CONNECTIONS`` (`Config.redis_pool_connections`): the API's clients."""
+    config = Config.from_env({"PARTARCHIVE_REDIS_POOL_CONNECTIONS": "250", "REDIS_URL": "redis://127.0.0.1:1/0"})
+    client = async_client_for(config)
+    assert client.connection_pool.max_connections == 250  # type: ignore[union-attr]
+    with pytest.raises(ValidationError, match="redis_pool_connections must be at least 1"):
+        Config(redis_pool_connections=0)

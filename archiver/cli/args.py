@@ -138,6 +138,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     target.add_argument("--into-hash", metavar="KEY", help="HSET every record into this hash (e.g. Go's elk_archived)")
 
+    functions = sub.add_parser(
+        "functions", parents=[common], help="the worker's Lua function libraries on the server, by release"
+    )
+    functions.add_argument(
+        "--unload-old", action="store_true", help="unload the libraries of other releases (safe while they run)"
+    )
+    functions.add_argument("--json", action="store_true")
+
     dead = sub.add_parser("dead-letters", help="entries that could not be archived: list, show, requeue, purge")
     dead_sub = dead.add_subparsers(dest="dead_command", required=True, parser_class=_Parser)
     dead_list = dead_sub.add_parser("list", parents=[common], help="the oldest dead letters")

@@ -37,6 +37,7 @@ COMMANDS = {
     "dead-letters": "dead_letters",
     "export": "export",
     "archival": "archival",
+    "functions": "functions",
 }
 
 

@@ -1,13 +1,11 @@
 """Engines: a client for the Redis a URL names, a private embedded valkey-server, a local cluster."""
 
+from archiver.engine.clients import async_client_for, async_twin, client_for
 from archiver.engine.connect import (
     Engine,
     EngineError,
     EngineUnreachable,
-    async_client_for,
     async_connect,
-    async_twin,
-    client_for,
     connect,
 )
 from archiver.engine.embedded import open_engine

@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import inspect
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
+from redis.asyncio.cluster import ClusterPipeline
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.connection import HiredisRespSerializer
-from redis.exceptions import RedisClusterException
+from redis.exceptions import MaxConnectionsError, RedisClusterException
 from redis.retry import Retry
-from redis.sentinel import SentinelConnectionPool
 from redis.utils import HIREDIS_AVAILABLE
 
-from archiver.config import DEFAULT_REDIS_URL, Config
+from archiver.config import DEFAULT_POOL_CONNECTIONS
 from codec.errors import PartArchiveError
 from codec.redact import redact_url
 from layers.plumbing.slot_moves import follow_ask_to_new_masters
@@ -73,31 +76,82 @@ def connect(url: str, *, cluster: bool = False, password: str | None = None) -> 
     return client
 
 
-#: The connections of an asyncio client's pool (redis-py's bound for a pool that does not wait) ...
-POOL_CONNECTIONS = 100
-#: ... and how long a command waits for one when every one is in use: the HTTP API's lookups beyond
-#: that many at once wait their turn rather than fail as if Redis were down.
+#: How long a command of an asyncio client waits for a connection when every one of its pool is in
+#: use (``Config.redis_pool_connections`` of them, 100 by default, redis-py's bound for a pool that
+#: does not wait): the HTTP API's lookups beyond that many at once wait their turn rather than fail
+#: as if Redis were down. One rule for every asyncio client: a server's, a Sentinel master's, a
+#: cluster's (`WaitingCluster`).
 POOL_WAIT_S = 5.0
-#: The settings of such a pool (`redis.asyncio.BlockingConnectionPool`).
-WAITING_POOL: dict[str, Any] = {"max_connections": POOL_CONNECTIONS, "timeout": POOL_WAIT_S}
 
 
-def async_connect(url: str, *, cluster: bool = False, password: str | None = None) -> AsyncClient:
-    """The asyncio client `connect` gives for ``url``, with the same settings; it connects on first
-    use, in the event loop that uses it (so nothing is sent here)."""
+def waiting_pool(connections: int = DEFAULT_POOL_CONNECTIONS) -> dict[str, Any]:
+    """The settings of such a pool (`redis.asyncio.BlockingConnectionPool`)."""
+    return {"max_connections": connections, "timeout": POOL_WAIT_S}
+
+
+class WaitingCluster(redis.asyncio.RedisCluster):
+    """redis-py's asyncio cluster client, whose nodes refuse a command at once when their
+    ``max_connections`` are in use (`MaxConnectionsError`), holding its commands and pipelines to
+    that many at once: one more waits up to `POOL_WAIT_S` for its turn, as a
+    `redis.asyncio.BlockingConnectionPool` makes the other asyncio clients' commands wait."""
+
+    def __init__(self, *args: Any, max_connections: int = DEFAULT_POOL_CONNECTIONS, **kwargs: Any) -> None:
+        kwargs["max_connections"] = max_connections
+        super().__init__(*args, **kwargs)
+        self._turns = asyncio.Semaphore(max_connections)
+
+    @contextlib.asynccontextmanager
+    async def turn(self) -> AsyncIterator[None]:
+        try:
+            async with asyncio.timeout(POOL_WAIT_S):
+                await self._turns.acquire()
+        except TimeoutError:
+            raise MaxConnectionsError(f"no connection free within {POOL_WAIT_S:g} s") from None
+        try:
+            yield
+        finally:
+            self._turns.release()
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        async with self.turn():
+            return await super().execute_command(*args, **kwargs)
+
+    def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> ClusterPipeline:
+        if shard_hint:
+            return super().pipeline(transaction, shard_hint)
+        return _WaitingPipeline(self, transaction)  # type: ignore[abstract]
+
+
+class _WaitingPipeline(ClusterPipeline):
+    """A `WaitingCluster`'s pipeline: run in one of its turns."""
+
+    async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> list[Any]:
+        client: WaitingCluster = self.cluster_client  # type: ignore[assignment]
+        async with client.turn():
+            return await super().execute(raise_on_error, allow_redirections)
+
+
+def async_connect(
+    url: str, *, cluster: bool = False, password: str | None = None, pool_connections: int = DEFAULT_POOL_CONNECTIONS
+) -> AsyncClient:
+    """The asyncio client `connect` gives for ``url``, with the same settings, its commands waiting
+    for one of ``pool_connections`` connections (`waiting_pool`); it connects on first use, in the
+    event loop that uses it (so nothing is sent here)."""
     try:
         if cluster:
             retry = AsyncRetry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=10)
-            cluster_client = redis.asyncio.RedisCluster.from_url(
-                url, socket_connect_timeout=5, socket_timeout=10, retry=retry, password=password
-            )
+            cluster_client = WaitingCluster.from_url(
+                url, socket_connect_timeout=5, socket_timeout=10, retry=retry, password=password,
+                max_connections=pool_connections,
+            )  # fmt: skip
             follow_ask_to_new_masters(cluster_client)  # as `connect`
             return cluster_client
         packed = _PACKED.get(urlsplit(url).scheme.lower())
         options: dict[str, Any] = {} if packed is None else {"connection_class": packed}
         pool = redis.asyncio.BlockingConnectionPool.from_url(
-            url, socket_connect_timeout=5, health_check_interval=30, password=password, **WAITING_POOL, **options
-        )
+            url, socket_connect_timeout=5, health_check_interval=30, password=password,
+            **waiting_pool(pool_connections), **options,
+        )  # fmt: skip
         return redis.asyncio.Redis.from_pool(pool)
     except ValueError as exc:
         raise EngineError(f"invalid Redis URL {redact_url(url)!r}: {_redacted(str(exc), url, password)}") from None
@@ -129,19 +183,18 @@ _PACKED = {"redis": _PackedConnection, "rediss": _PackedSSLConnection} if HIREDI
 _NOT_PORTABLE = {"retry", "redis_connect_func", "event_dispatcher", "connection_pool"}
 
 
-def async_twin(client: redis.Redis) -> AsyncClient:
+def server_twin(client: redis.Redis, pool_connections: int = DEFAULT_POOL_CONNECTIONS) -> AsyncClient:
     """An asyncio client of the server or cluster that ``client`` talks to, with its settings
-    (address, database, credentials, TLS, timeouts, decoding, protocol). For a caller that holds
-    a blocking client only (`archiver.web.create_app`); a Sentinel master's client becomes one of
-    `redis.asyncio.sentinel` with the same sentinels."""
+    (address, database, credentials, TLS, timeouts, decoding, protocol), its commands waiting for
+    one of ``pool_connections`` connections (`archiver.engine.clients.async_twin` for any client,
+    a Sentinel master's too)."""
     if isinstance(client, redis.RedisCluster):
         node = client.get_default_node()
-        kwargs = _accepted(redis.asyncio.RedisCluster, client.nodes_manager.connection_kwargs)
+        kwargs = accepted(redis.asyncio.RedisCluster, client.nodes_manager.connection_kwargs)
+        kwargs.pop("max_connections", None)
         retry = AsyncRetry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=10)
-        return redis.asyncio.RedisCluster(host=node.host, port=node.port, retry=retry, **kwargs)
+        return WaitingCluster(host=node.host, port=node.port, retry=retry, max_connections=pool_connections, **kwargs)
     pool = client.connection_pool
-    if isinstance(pool, SentinelConnectionPool):
-        return _sentinel_twin(pool)
     twins = {
         redis.Connection: redis.asyncio.Connection,
         redis.SSLConnection: redis.asyncio.SSLConnection,
@@ -150,26 +203,14 @@ def async_twin(client: redis.Redis) -> AsyncClient:
     connection_class = twins.get(pool.connection_class)
     if connection_class is None:
         raise ValueError(f"no asyncio twin for a client with {pool.connection_class.__name__} connections")
-    kwargs = _accepted(connection_class, pool.connection_kwargs)
-    twin_pool = redis.asyncio.BlockingConnectionPool(connection_class=connection_class, **WAITING_POOL, **kwargs)
+    kwargs = accepted(connection_class, pool.connection_kwargs)
+    twin_pool = redis.asyncio.BlockingConnectionPool(
+        connection_class=connection_class, **waiting_pool(pool_connections), **kwargs
+    )
     return redis.asyncio.Redis.from_pool(twin_pool)
 
 
-def _sentinel_twin(pool: SentinelConnectionPool) -> AsyncClient:
-    """The asyncio client of a Sentinel master: the same sentinels, master name, settings and
-    failover window (`archiver.engine.sentinel.async_master_client`)."""
-    from archiver.engine.sentinel import async_master_client
-
-    manager = pool.sentinel_manager
-    watchers = [s.connection_pool.connection_kwargs for s in manager.sentinels]
-    hosts = [(kw["host"], kw["port"]) for kw in watchers]
-    probe = _accepted(redis.asyncio.Connection, dict(manager.sentinel_kwargs))
-    data = _accepted(redis.asyncio.Connection, dict(pool.connection_kwargs))
-    window = getattr(pool.connection_kwargs.get("retry"), "window_s", None)
-    return async_master_client(hosts, pool.service_name, probe, retry_s=window, **data)
-
-
-def _accepted(target: type, kwargs: dict[str, Any]) -> dict[str, Any]:
+def accepted(target: type, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The settings in ``kwargs`` that ``target`` (or a base class it hands them to) takes by name."""
     names = {
         name
@@ -188,23 +229,3 @@ def _redacted(message: str, url: str, password: str | None = None) -> str:
     for secret in (in_url, password):
         message = message.replace(secret, "***") if secret else message
     return message
-
-
-def client_for(config: Config) -> redis.Redis:
-    """The client a command uses: the primary the sentinels name (with ``sentinel``), or the
-    configured server (a cluster client with ``cluster``)."""
-    if config.sentinel:
-        from archiver.engine.sentinel import connect_sentinel
-
-        return connect_sentinel(config)
-    return connect(config.redis_url or DEFAULT_REDIS_URL, cluster=config.cluster, password=config.redis_password)
-
-
-def async_client_for(config: Config) -> AsyncClient:
-    """`client_for` on asyncio (not connected yet: see `async_connect`): through the sentinels with
-    ``sentinel``."""
-    if config.sentinel:
-        from archiver.engine.sentinel import async_sentinel_client
-
-        return async_sentinel_client(config)
-    return async_connect(config.redis_url or DEFAULT_REDIS_URL, cluster=config.cluster, password=config.redis_password)

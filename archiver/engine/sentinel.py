@@ -31,8 +31,8 @@ from redis.exceptions import AuthenticationError, AuthorizationError
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelManagedConnection
 
-from archiver.config import Config
-from archiver.engine.connect import WAITING_POOL, Engine, EngineError, EngineUnreachable, engine_error_for
+from archiver.config import DEFAULT_POOL_CONNECTIONS, Config
+from archiver.engine.connect import Engine, EngineError, EngineUnreachable, engine_error_for, waiting_pool
 
 T = TypeVar("T")
 PROBE_TIMEOUT_S = 2.0
@@ -208,6 +208,7 @@ def async_sentinel_client(config: Config) -> redis.asyncio.Redis:
         password=config.redis_password,
         socket_connect_timeout=5,
         socket_timeout=10,
+        pool_connections=config.redis_pool_connections,
     )
 
 
@@ -217,11 +218,13 @@ def async_master_client(
     sentinel_kwargs: dict[str, Any],
     *,
     retry_s: float | None,
+    pool_connections: int = DEFAULT_POOL_CONNECTIONS,
     **kwargs: Any,
 ) -> redis.asyncio.Redis:
     """A `redis.asyncio` client of ``master``'s current primary: `AsyncFailoverRetry` for
-    ``retry_s`` seconds (None: redis-py's own retries) and `AsyncFollowingConnection`. ``kwargs``
-    go to the data nodes' connections, ``sentinel_kwargs`` to the sentinels'."""
+    ``retry_s`` seconds (None: redis-py's own retries), `AsyncFollowingConnection`, commands waiting
+    for one of ``pool_connections`` connections. ``kwargs`` go to the data nodes' connections,
+    ``sentinel_kwargs`` to the sentinels'."""
     from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 
     probe = {"socket_connect_timeout": PROBE_TIMEOUT_S, "socket_timeout": PROBE_TIMEOUT_S} | sentinel_kwargs
@@ -229,14 +232,14 @@ def async_master_client(
     following: dict[str, Any] = {"connection_class": AsyncFollowingConnection}
     if retry_s is not None:
         following["retry"] = AsyncFailoverRetry(retry_s)
-    pool = {"connection_pool_class": _WaitingSentinelPool, **WAITING_POOL}
+    pool = {"connection_pool_class": _WaitingSentinelPool, **waiting_pool(pool_connections)}
     client: redis.asyncio.Redis = manager.master_for(master, **(kwargs | following | pool))
     return client
 
 
 class _WaitingSentinelPool(AsyncSentinelConnectionPool, redis.asyncio.BlockingConnectionPool):
     """redis-py's asyncio Sentinel pool, waiting for a connection when all are in use as the other
-    asyncio clients' pools do (`archiver.engine.connect.WAITING_POOL`)."""
+    asyncio clients' pools do (`archiver.engine.connect.waiting_pool`)."""
 
 
 def connect_sentinel(config: Config) -> redis.Redis:

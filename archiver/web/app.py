@@ -120,7 +120,7 @@ def create_app(
     keys = ns.keys
     active = ns.active
     search = Search(client, ns.archive, ns.cold_reads, budget_s=SEARCH_BUDGET_S)
-    make_client = async_client or (lambda: async_twin(client))
+    make_client = async_client or (lambda: async_twin(client, config.redis_pool_connections))
     routers = LoopRouters(lambda: AsyncQueryRouter(make_client(), keys, policy=ns.archive.policy, cold=ns.cold_reads))
 
     async def name_wrong_type() -> WrongKeyType:

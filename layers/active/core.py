@@ -74,7 +74,7 @@ class Completion:
 
     partition_id: int
     already_completed: bool
-    archived: ArchivedPartition | None = None
+    archived: ArchivedPartition | None = None  # None also for a completion whose record was tampered with
     entry_id: str | None = None
     held: bool = False  # paused or outside the share (`layers.control.switch`): kept in the active hash, queued later
 
@@ -367,14 +367,24 @@ class ActiveCore(ActiveReads, ActiveLeader):
         if not isinstance(got, list):  # '<entry id> <queue entry>'
             text = got.decode() if isinstance(got, bytes) else got
             entry_id, _, payload = text.partition(" ")
-            native = '"completed_at"' in payload
-            archived = ArchivedPartition.from_json(payload) if native else decode_elk(payload).to_archived()
-            return Completion(pid, False, archived, entry_id)
+            return Completion(pid, False, _archived(payload), entry_id)
         if held:  # paused or outside the share: kept in the active hash, status completed
             return Completion(pid, False, held=True)
         self._latencies.give_back(latencies)  # the script adds them only when it completes
         self._held_latencies.give_back(held_latencies)
         return Completion(pid, already_completed=True)
+
+
+def _archived(payload: str) -> ArchivedPartition | None:
+    """The archived form of a queue entry `complete` wrote, or None where its values do not make one
+    (a record tampered with past what the script checks, say a min_id above the max_id): the
+    completion stands, written once; the archiver sets the entry aside with its reason."""
+    try:
+        if '"completed_at"' in payload:  # a native record's archived form
+            return ArchivedPartition.from_json(payload)
+        return decode_elk(payload).to_archived()
+    except (DecodeError, ValidationError):
+        return None
 
 
 def _pid_of(raw: bytes | str) -> str:

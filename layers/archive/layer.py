@@ -22,7 +22,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import redis
 
@@ -38,8 +38,14 @@ from layers.plumbing.meta import StoredBatchSize, read_tier, stored_int, stored_
 from layers.plumbing.replies import as_text
 from layers.plumbing.scripts import Scripts
 
-if TYPE_CHECKING:
-    from layers.archive.cold import ColdTier
+
+class ColdSweep(Protocol):
+    """The cold tier as the archive layer knows it (`layers.archive.cold.ColdTier`): the expiry
+    sweep's step when a cold store is configured, and the check at an archiver's start."""
+
+    def step(self, now: float | None = None) -> int: ...
+
+    def check(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +71,7 @@ class ArchiveLayer:
         self._batch_size_checked = False
         self.batch_sizes = StoredBatchSize(self.keys.archive_meta, self.policy.batch_size)
         #: the cold tier (`layers.archive.cold`), when a cold store is configured: expired batches go there first
-        self.cold: ColdTier | None = None
+        self.cold: ColdSweep | None = None
 
     # state
 

@@ -39,6 +39,8 @@ LIBRARY_SCRIPTS = ("claim", "start", "heartbeat", "complete", "lookup")
 #: refuse FUNCTION LOAD) they run as scripts (`refuses_load`).
 READ_ONLY_SCRIPTS = frozenset({"lookup"})
 _LIBRARY_LINE = "<library>"
+#: The start of every release's library name (the rest a hash of its text, `library`).
+LIBRARY_PREFIX = "partarchive_"
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +156,7 @@ def library() -> Library:
             opening, closing = f"redis.register_function('{{name}}_{name}', function(KEYS, ARGV)\n", "end)\n"
         body += [(_LIBRARY_LINE, opening), (f"{name}.lua", _lua(f"{name}.lua")), (_LIBRARY_LINE, closing)]
     digest = hashlib.sha1("".join(text for _, text in body).encode()).hexdigest()[:12]
-    lib_name = f"partarchive_{digest}"
+    lib_name = f"{LIBRARY_PREFIX}{digest}"
     body = [(where, text.replace("{name}", lib_name) if where == _LIBRARY_LINE else text) for where, text in body]
     functions = {name: f"{lib_name}_{name}" for name in LIBRARY_SCRIPTS}
     return Library(_joined([(_LIBRARY_LINE, f"#!lua name={lib_name}\n"), *body]), lib_name, functions)

@@ -34,6 +34,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from layers.plumbing.drive import Send, Steps, adrive, aperform, drive, perform
 from layers.plumbing.lua_sources import (
+    LIBRARY_PREFIX,
     LIBRARY_SCRIPTS,
     LUA_ROOMS,
     READ_ONLY_SCRIPTS,
@@ -50,6 +51,7 @@ from layers.plumbing.lua_sources import (
     refuses_load,
     script_source,
 )
+from layers.plumbing.replies import as_text
 from layers.plumbing.slot_moves import follow_ask_to_new_masters, riding_out
 
 __all__ = [
@@ -168,6 +170,35 @@ class ScriptCore:
             self.as_scripts.add(name)
             return False
         return True
+
+
+def library_names(client: redis.Redis) -> list[str]:
+    """The worker libraries of every partarchive release loaded on the server (``partarchive_<hash>``),
+    this release's among them once a step has run; none on Redis Cluster, which runs the steps
+    as scripts. A server without Redis Functions has none."""
+    if isinstance(client, redis.RedisCluster):
+        return []
+    try:
+        listed: Any = client.function_list(library=f"{LIBRARY_PREFIX}*")
+    except ResponseError as exc:
+        if lacks_functions(exc):
+            return []
+        raise
+    return sorted(as_text({as_text(k): v for k, v in zip(entry[::2], entry[1::2], strict=True)}["library_name"])
+                  for entry in listed)  # fmt: skip
+
+
+def unload_old_libraries(client: redis.Redis) -> list[str]:
+    """Unload the worker libraries of other releases (`library_names`); returns their names.
+
+    Safe during a rolling upgrade: a process of another release that still runs finds its library
+    missing at its next step, loads it again (one round trip) and goes on, as after a restart of
+    the server; only this release's library is never unloaded here."""
+    old = [name for name in library_names(client) if name != library().name]
+    for name in old:
+        with contextlib.suppress(ResponseError):  # unloaded meanwhile by another such call
+            client.function_delete(name)
+    return old
 
 
 def _sent(command: Send, failed: Exception | None) -> Steps[Any]:
