@@ -74,6 +74,9 @@ class Config:
     worker_backoff_max_s: float = 300.0
     worker_breaker_failures: int = 3
     worker_breaker_cooldown_s: float = 30.0
+    cold_store: str | None = field(default=None, repr=False)  # may carry a password (`codec.redact`)
+    cold_file_batches: int = 1024
+    cold_gather_s: float = 300.0
 
     @property
     def keys(self) -> KeySchema:
@@ -160,6 +163,10 @@ class Config:
         _ = self.pressure
         if self.scale_interval_s <= 0 or self.scale_up_age_s < 0 or self.scale_down_idle_s < 0:
             raise ValidationError("the scaling interval must be positive, its ages not negative")
+        if not 1 <= self.cold_file_batches <= 100_000 or self.cold_gather_s < 0:
+            raise ValidationError("cold_file_batches must be in 1..100000 and cold_gather_s not negative")
+        if self.cold_store is not None and not self.cold_store.strip():
+            raise ValidationError("the cold store is a directory or an fsspec URL, not an empty string")
 
     def _check_sentinel(self) -> None:
         if not self.sentinel:

@@ -149,6 +149,10 @@ class LayerStateCollector(Collector):
             ("expiry_lag_seconds", "How far the expiry sweep is behind the retention policy.", t.expiry_lag_s),
             ("expiry_sweep_seconds", "Duration of the last expiry sweep step.", t.last_sweep_s),
             ("retention_seconds", "The stored retention policy of the summary tier.", t.retention_s),
+            ("cold_files", "Files in the cold store (the summary tier's expired batches, as Parquet).",
+             ar.cold.files),
+            ("cold_bytes", "Bytes of the files in the cold store.", ar.cold.bytes),
+            ("cold_partitions", "Partitions whose detail the cold store holds.", ar.cold.partitions),
         ):  # fmt: skip
             yield gauge(f"partarchive_{name}", text, value)
         yield gauge(

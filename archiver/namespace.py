@@ -17,6 +17,7 @@ from archiver.config import Config
 from archiver.snapshot import NamespaceSnapshot, SnapshotReader
 from codec import ValidationError
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy
+from layers.archive.cold_store import ColdReads
 from layers.archive.commit import CommitBuffer
 from layers.control.liveness import Liveness
 from layers.control.maintenance import MaintenanceLock
@@ -90,7 +91,23 @@ class Namespace:
 
     @cached_property
     def archive(self) -> ArchiveLayer:
-        return ArchiveLayer(self.redis, self.keys, self.policy)
+        """The archive layer; with a cold store configured (``run --cold-store``), its cold tier, which
+        the expiry sweep writes expired batches to (`ColdStoreUnavailable` without the cold extra)."""
+        archive = ArchiveLayer(self.redis, self.keys, self.policy)
+        cfg = self.config
+        if cfg.cold_store is not None:
+            from layers.archive.cold import ColdTier
+            from layers.archive.cold_store import ColdStore
+
+            store = ColdStore(cfg.cold_store, self.keys.namespace)
+            archive.cold = ColdTier(archive, store, file_batches=cfg.cold_file_batches, gather_s=cfg.cold_gather_s)
+        return archive
+
+    @cached_property
+    def cold_reads(self) -> ColdReads:
+        """How this process's readers reach the cold store: the configured one, else the one the
+        archive meta names (`ColdReads`)."""
+        return ColdReads(self.config.cold_store, self.keys.namespace)
 
     @cached_property
     def liveness(self) -> Liveness:

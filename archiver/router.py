@@ -1,8 +1,11 @@
 """The query router: answers for any partition from whichever layer holds it.
 
 Order: active hash -> simple hash -> staging -> sealed batch (its shelf slot, then a batch key of
-an older version; none once past its retention) -> if the index bit is set, or the detail is
-damaged: statistics (else "expired") -> if the done bit is set: the archive queue -> not found.
+an older version; none once past its retention, unless the namespace keeps a cold store, where the
+batch stays readable until it has gone there) -> the cold store, when the batch's cold map entry
+names a file (`layers.archive.cold`; one row group read) -> if the index bit is set, or the detail
+is damaged or its cold file cannot be read: statistics (else "expired") -> if the done bit is set:
+the archive queue -> not found.
 Everything but the statistics fallback is read in one round trip (one script,
 `lookup.lua`, that also cuts the batch's slot out of its shelf; a pipeline on Redis Cluster); a batch is
 found by ``pid // batch_size``, never by a scan. A blob that fails to decode is counted and
@@ -30,8 +33,10 @@ from codec.elk import ElkRecord, decode_active, parse_archived
 from codec.framing import SHELF_SLOTS, unshelved
 from codec.validate import check_partition_id
 from layers import ArchiveLayer, KeySchema, TierPolicy
+from layers.archive.cold_store import ColdReads
 from layers.archive.shelves import StoredBatch, add_shelf_reads
 from layers.archive.workers import WorkerNumbers
+from layers.errors import ColdFileDamaged, ColdStoreUnavailable
 from layers.keys import is_cluster_client
 from layers.plumbing.meta import StoredBatchSize, typed_steps
 from layers.plumbing.replies import as_text
@@ -45,6 +50,7 @@ class Source(enum.StrEnum):
     SIMPLE = "archive:simple"
     STAGING = "archive:staging"
     BATCH = "archive:batch"
+    COLD = "cold"
     STATISTICS = "statistics"
     EXPIRED = "expired"
     NONE = "none"
@@ -97,11 +103,20 @@ class _Reads(NamedTuple):
     generation: bytes | None
     stored: StoredBatch
     batch_size: int
+    cold_file: int  # the batch's cold map entry (0: none)
+    cold_store: bytes | None  # where the namespace's cold store is (the archive meta's ``cold_store``)
 
 
 #: Looks up the statistics layer's summary for a partition (its ID range), or None; for
 #: `AsyncQueryRouter` it may be a coroutine function.
 SummaryLookup = Callable[[int], dict[str, Any] | None] | Callable[[int], Awaitable[dict[str, Any] | None]]
+#: Reads one partition from a cold file: (the stored cold store location, file number, pid) -> its
+#: record or None; raises `ColdStoreUnavailable` or `ColdFileDamaged` (`ColdReads.find`). For
+#: `AsyncQueryRouter` it may be a coroutine function.
+ColdLookup = (
+    Callable[[str | None, int, int], ArchivedPartition | None]
+    | Callable[[str | None, int, int], Awaitable[ArchivedPartition | None]]
+)
 
 
 class RouterCore:
@@ -117,8 +132,10 @@ class RouterCore:
         summary_lookup: SummaryLookup | None,
         *,
         scripted: bool,
+        cold_lookup: ColdLookup | None = None,
     ) -> None:
         self.keys = keys
+        self.cold_lookup = cold_lookup  # None: expired batches are answered from the statistics
         self.policy = policy
         self.batch_sizes = batch_sizes
         self.workers = workers
@@ -147,7 +164,7 @@ class RouterCore:
         reads = yield from self._read(pid, size)
         if reads.batch_size != size:  # first sight of the stored size, or none stored yet
             reads = yield from self._read(pid, reads.batch_size)
-        active, indexed, simple, staged, done, newest, retention, generation, stored, _ = reads
+        active, indexed, simple, staged, done, newest, retention, generation, stored, _, cold_file, cold_store = reads
         newest = None if newest is None else float(newest)
         if stored.blob is not None and not self.workers.is_current(generation):
             yield from self.workers.refresh_steps(forget=True)  # the registry was lost and built again since
@@ -160,7 +177,7 @@ class RouterCore:
         if stored.damaged:
             problem = stored.damaged
         blobs = stored.blobs
-        if blobs and newest is not None and self._expired(newest, retention):
+        if blobs and newest is not None and cold_store is None and self._expired(newest, retention):
             blobs = []  # past its retention: the sweep has not deleted it yet, reads already do not see it
         for blob in blobs:
             try:
@@ -174,6 +191,11 @@ class RouterCore:
                 continue
             if part is not None:
                 return Answer(pid, Source.BATCH, part)
+        if cold_file:
+            cold, why, damaged = yield from self._cold(pid, cold_store, cold_file)
+            if cold is not None:
+                return cold
+            problem, corrupt = why, corrupt or damaged
         if indexed or corrupt:
             return (yield from self._fallback(pid, problem))
         if done:
@@ -188,9 +210,9 @@ class RouterCore:
         shelf_no, slot_no = divmod(batch_no, SHELF_SLOTS)
         if self._scripted:
             keys = [k.active, k.index, k.completed, k.staging(batch_no), k.done, k.expiry, k.archive_meta]
-            keys += [k.workers, k.shelf(shelf_no), k.batch(batch_no)]
+            keys += [k.workers, k.shelf(shelf_no), k.batch(batch_no), k.cold_map]
             replies = yield Script("lookup", keys, [pid, batch_no, slot_no])
-            slot, legacy, damaged, stored_size = replies[8:]
+            slot, legacy, damaged, stored_size, cold_entry, cold_store = replies[8:]
             why = f"shelf {shelf_no} is corrupt: {as_text(damaged)}" if damaged else ""
             stored = StoredBatch(batch_no, unshelved(slot), legacy, why)
         else:  # Redis Cluster: the keys span slots, so no script; the same reads in one pipeline
@@ -204,13 +226,18 @@ class RouterCore:
             batch.hget(k.archive_meta, "retention_s")
             batch.hget(k.workers, "")
             batch.hget(k.archive_meta, "batch_size")
+            batch.getrange(k.cold_map, 4 * batch_no, 4 * batch_no + 3)
+            batch.hget(k.archive_meta, "cold_store")
             parse = add_shelf_reads(batch, k, [batch_no])
             replies = yield batch
-            stored_size = replies[8]
-            stored = parse(replies[9:])[batch_no]
+            stored_size, cold_entry, cold_store = replies[8:11]
+            stored = parse(replies[11:])[batch_no]
         active, indexed, simple, staged, done, newest, retention, generation = replies[:8]
         size = self.batch_sizes.read(stored_size)
-        return _Reads(active, indexed, simple, staged, done, newest, retention, generation, stored, size)
+        cold_file = int.from_bytes(cold_entry, "big") if cold_entry and len(cold_entry) == 4 else 0
+        return _Reads(
+            active, indexed, simple, staged, done, newest, retention, generation, stored, size, cold_file, cold_store
+        )
 
     def _expired(self, newest: float, retention: bytes | None) -> bool:
         try:
@@ -226,6 +253,22 @@ class RouterCore:
             self.decode_failures += 1
             self._undecodable.inc()
             return (yield from self._fallback(pid, f"{source.value} record is corrupt: {exc}"))
+
+    def _cold(self, pid: int, cold_store: bytes | None, cold_file: int) -> Steps[tuple[Answer | None, str, bool]]:
+        """The partition's answer from its batch's cold file; else why not, and whether the file
+        (or the store) could not be read."""
+        if self.cold_lookup is None:
+            return None, f"archived in cold file {cold_file}, and this reader reads no cold store", True
+        location = None if cold_store is None else as_text(cold_store)
+        try:
+            part = yield Call(self.cold_lookup, (location, cold_file, pid))
+        except (ColdStoreUnavailable, ColdFileDamaged) as exc:
+            self.decode_failures += 1
+            self._undecodable.inc()
+            return None, str(exc), True
+        if part is None:
+            return None, f"archived, but not in its batch's cold file {cold_file}", False
+        return Answer(pid, Source.COLD, part), "", False
 
     def _fallback(self, pid: int, problem: str) -> Steps[Answer]:
         summary = None
@@ -254,6 +297,7 @@ class QueryRouter(RouterCore):
         policy: TierPolicy | None = None,
         summary_lookup: SummaryLookup | None = None,
         archive: ArchiveLayer | None = None,
+        cold: ColdReads | None = None,
     ) -> None:
         self.redis = redis_client
         self._io = SyncIO(redis_client)
@@ -261,7 +305,10 @@ class QueryRouter(RouterCore):
         self.archive = archive or ArchiveLayer(redis_client, keys, policy)
         a = self.archive
         scripted = not is_cluster_client(redis_client)
-        super().__init__(keys, a.policy, a.batch_sizes, a.workers, summary_lookup, scripted=scripted)
+        cold = cold or ColdReads(None, keys.namespace)
+        super().__init__(
+            keys, a.policy, a.batch_sizes, a.workers, summary_lookup, scripted=scripted, cold_lookup=cold.find
+        )
 
     get = blocking(RouterCore._get)
 
@@ -269,7 +316,8 @@ class QueryRouter(RouterCore):
 class AsyncQueryRouter(RouterCore):
     """``answer = await router.get(pid)``. With ``archive`` (a synchronous `ArchiveLayer` of the same
     namespace) the router shares its policy, stored batch size and worker numbering, and does no
-    I/O through it; ``summary_lookup`` may be a plain or a coroutine function."""
+    I/O through it; ``summary_lookup`` may be a plain or a coroutine function. A cold file is read
+    in a thread (`ColdReads.find_async`), off the event loop."""
 
     def __init__(
         self,
@@ -280,6 +328,7 @@ class AsyncQueryRouter(RouterCore):
         policy: TierPolicy | None = None,
         summary_lookup: SummaryLookup | None = None,
         archive: ArchiveLayer | None = None,
+        cold: ColdReads | None = None,
     ) -> None:
         self.redis = redis_client
         self._io = AsyncIO(redis_client)
@@ -291,6 +340,9 @@ class AsyncQueryRouter(RouterCore):
             policy = policy or TierPolicy()
             batch_sizes, workers = StoredBatchSize(keys.archive_meta, policy.batch_size), WorkerNumbers(keys)
         scripted = not is_cluster_client(redis_client)
-        super().__init__(keys, policy, batch_sizes, workers, summary_lookup, scripted=scripted)
+        cold = cold or ColdReads(None, keys.namespace)
+        super().__init__(
+            keys, policy, batch_sizes, workers, summary_lookup, scripted=scripted, cold_lookup=cold.find_async
+        )
 
     get = awaiting(RouterCore._get)

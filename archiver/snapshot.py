@@ -20,9 +20,11 @@ from typing import Any
 import redis
 
 from codec import PartArchiveError
+from codec.redact import redact_text
 from layers import KeySchema, Tier, TierPolicy
 from layers.active.presence import WorkerPresence, presence_from
 from layers.active.reads import COUNTED, counts_from, queue_counts
+from layers.archive.cold import COLD_FIELDS
 from layers.archive.queue import QueueState, queue_state_from
 from layers.archive.transitions import MOVE_FIELDS, TransitionState, transition_from
 from layers.control.liveness import ArchiverHealth, archivers_from, server_time
@@ -35,7 +37,7 @@ from stats.progress import JobProgress, job_progress, parse_samples
 from stats.reader import degraded_view, rollup_reads, rollup_view
 
 #: What the archive meta hash is read for (`HMGET`: the hash may hold more).
-META_FIELDS = ("tier", "sealed_json_bytes", "sealed_blob_bytes", *MOVE_FIELDS)
+META_FIELDS = ("tier", "sealed_json_bytes", "sealed_blob_bytes", *MOVE_FIELDS, *COLD_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,9 +50,23 @@ class ArchiveState:
     compression_ratio: float  # JSON bytes of every record sealed so far over their blobs' bytes (0: none yet)
     sealed_blob_bytes: int
     sealed_json_bytes: int
+    cold: ColdState
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class ColdState:
+    """The cold tier (`layers.archive.cold`): where its store is (without a password), its files,
+    their bytes and the partitions they hold, when one was last written, and what last failed."""
+
+    store: str | None
+    files: int
+    bytes: int
+    partitions: int
+    written_at: int
+    error: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +175,7 @@ class SnapshotReader:
         pipe.hgetall(k.archivers)
         pipe.hgetall(k.presence)
         pipe.zcard(k.retries)
+        pipe.hlen(k.cold_files)
         if not clustered:
             pipe.time()
         mine = len(pipe)
@@ -179,13 +196,13 @@ class SnapshotReader:
     ) -> NamespaceSnapshot:
         k = self.keys
         size, unreadable, length, pending, dead, raw_meta, simple, open_batches, oldest, check, latency, *rest = replies
-        pressure, unsealed, paused, held, released, samples, health, presence, retrying = rest[:9]
+        pressure, unsealed, paused, held, released, samples, health, presence, retrying, cold_files = rest[:10]
         now = time.time()
         meta = dict(zip(META_FIELDS, raw_meta, strict=True))
         total = stored_int(k.archive_meta, "total", meta["total"], default=0)
         stored = stored_tier(k.archive_meta, meta["tier"])
         target = self.policy.tier_after(stored, total)
-        archive = _archive_state(k, meta, total, stored, target, int(simple), int(open_batches))
+        archive = _archive_state(k, meta, total, stored, target, int(simple), int(open_batches), int(cold_files))
         queue = queue_state_from(int(length), pending, int(dead))
         archival = parse_state(paused, held, released)
         view = None
@@ -222,7 +239,14 @@ def _unix(reply: Any) -> float:
 
 
 def _archive_state(
-    k: KeySchema, meta: dict[str, Any], total: int, stored: Tier, target: Tier, simple: int, open_batches: int
+    k: KeySchema,
+    meta: dict[str, Any],
+    total: int,
+    stored: Tier,
+    target: Tier,
+    simple: int,
+    open_batches: int,
+    cold_files: int,
 ) -> ArchiveState:
     json_bytes = stored_int(k.archive_meta, "sealed_json_bytes", meta["sealed_json_bytes"], default=0)
     blob_bytes = stored_int(k.archive_meta, "sealed_blob_bytes", meta["sealed_blob_bytes"], default=0)
@@ -235,4 +259,12 @@ def _archive_state(
         compression_ratio=round(json_bytes / blob_bytes, 2) if blob_bytes else 0.0,
         sealed_blob_bytes=blob_bytes,
         sealed_json_bytes=json_bytes,
+        cold=ColdState(
+            store=None if meta["cold_store"] is None else as_text(meta["cold_store"]),
+            files=cold_files,
+            bytes=stored_int(k.archive_meta, "cold_bytes", meta["cold_bytes"], default=0),
+            partitions=stored_int(k.archive_meta, "cold_partitions", meta["cold_partitions"], default=0),
+            written_at=stored_int(k.archive_meta, "cold_written_at", meta["cold_written_at"], default=0),
+            error=None if meta["cold_error"] is None else redact_text(as_text(meta["cold_error"])),
+        ),
     )

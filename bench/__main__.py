@@ -10,6 +10,7 @@ from bench import (
     cluster_bench,
     codec_bench,
     dashboard_bench,
+    find_bench,
     growth_bench,
     http_bench,
     latency_bench,
@@ -39,6 +40,7 @@ SECTIONS = {
     "pressure": pressure_bench.run,
     "runtime": runtime_bench.run,
     "scrape": scrape_bench.run,
+    "find": find_bench.run,
 }
 
 

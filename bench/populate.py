@@ -181,3 +181,66 @@ def write_stats(
     committer.check_statistics()
     for records in _chunks(parts, chunk):
         committer.statistics_only(records)
+
+
+def write_cold(
+    client: redis.Redis,
+    keys: KeySchema,
+    parts: Iterable[ArchivedPartition],
+    store_url: str,
+    policy: TierPolicy,
+    file_batches: int = 1024,
+) -> int:
+    """N partitions as the cold tier leaves them once their batches have gone cold: Parquet files in
+    the store (written as `layers.archive.cold` writes them, ``file_batches`` batches each), recorded
+    in the cold map and the files hash, the index bits set, the archive meta naming the store, and
+    nothing of them left in Redis's batches. Returns the files written."""
+    from codec.parquet import Rows, encode_file
+    from layers.archive.cold_store import ColdStore
+
+    store = ColdStore(store_url, keys.namespace)
+    store.check_writable()
+    per_file = file_batches * policy.batch_size
+    files = total = max_pid = 0
+    rows_bytes = 0
+    for chunk in _chunks(parts, per_file):
+        files += 1
+        rows = Rows.of(chunk)
+        data = encode_file(rows)
+        name = store.write(files, data)
+        batches = sorted({p // policy.batch_size for p in rows.pids})
+        record = {"name": name, "rows": len(rows), "bytes": len(data), "batches": len(batches),
+                  "first_pid": rows.pids[0], "last_pid": rows.pids[-1], "first_at": min(rows.times),
+                  "last_at": max(rows.times), "written_at": 0}  # fmt: skip
+        pipe = client.pipeline(transaction=False)
+        for start in range(0, len(batches), 500):
+            args: list[object] = []
+            for b in batches[start : start + 500]:
+                args += ["SET", "u32", f"#{b}", files]
+            pipe.execute_command("BITFIELD", keys.cold_map, *args)
+        pipe.hset(keys.cold_files, str(files), orjson.dumps(record))
+        for start in range(0, len(chunk), PIPELINE):
+            _set_bits(pipe, keys, chunk[start : start + PIPELINE])
+        pipe.execute()
+        total += len(rows)
+        rows_bytes += len(data)
+        max_pid = max(max_pid, rows.pids[-1])
+    client.hset(
+        keys.archive_meta,
+        mapping={
+            "total": total,
+            "tier": "summary",
+            "batch_size": policy.batch_size,
+            "max_pid": max_pid,
+            "expire_cursor": policy.batch_of(max_pid) + 1,
+            "retention_s": policy.retention_s,
+            "shelved": 1,
+            "cold_store": store.base_location,
+            "cold_next": files,
+            "cold_last": files,
+            "cold_bytes": rows_bytes,
+            "cold_partitions": total,
+            "expired": total,
+        },
+    )
+    return files

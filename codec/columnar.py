@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from functools import partial
 from itertools import accumulate
 from operator import sub
+from typing import NamedTuple
 
 from codec.errors import DecodeError, ValidationError
 from codec.packing import (
@@ -166,51 +167,169 @@ def read_head(buf: bytes) -> PayloadHead:
     rest = flags & ~(_FLAG_SIGNED_FIRST_MIN | _FLAG_FIRST_MIN_GUESS | _FLAG_TIME_LINE)
     if rest not in (0, _FLAG_PREDICTED_MIN):
         raise DecodeError(f"unknown columnar flags {rest}")
-    return PayloadHead(
-        count, rest, first_pid, first_min, bool(flags & _FLAG_FIRST_MIN_GUESS), first_time, slope, *refs
-    )
+    return PayloadHead(count, rest, first_pid, first_min, bool(flags & _FLAG_FIRST_MIN_GUESS), first_time, slope, *refs)
+
+
+class RowColumns(NamedTuple):
+    """Records of a payload as one list per field, their workers by short number."""
+
+    pids: list[int]
+    mins: list[int]
+    maxs: list[int]
+    shorts: list[int]
+    times: list[int]
+    durations: list[int]
+
+    def __len__(self) -> int:  # type: ignore[override]
+        return len(self.pids)
+
+
+class RowFilter(NamedTuple):
+    """What `select_columns` keeps: rows whose worker number is in ``shorts``, whose pid, completion
+    time and duration lie in the closed ranges given (None: any)."""
+
+    shorts: frozenset[int] | None = None
+    pids: tuple[int, int] | None = None
+    completed: tuple[int, int] | None = None
+    duration: tuple[int, int] | None = None
+
+
+_NO_ROWS = RowColumns([], [], [], [], [], [])
 
 
 def decode_columns(buf: bytes, workers: WorkerMap) -> list[ArchivedPartition]:
     """Decode a payload; anything malformed or out of range is a `DecodeError`."""
-    head = read_head(buf)
-    pid_deltas, min_col, spans = head.pid_deltas.all(), head.min_col.all(), head.spans.all()
-    shorts, time_deltas, durations = head.shorts.all(), head.times.all(), head.durations.all()
+    cols = payload_columns(read_head(buf))
+    table = workers.lookup_table()
+    try:
+        names = [table[s] for s in cols.shorts]
+    except KeyError as exc:
+        raise DecodeError(f"unknown worker short id {exc.args[0]}") from None
+    return list(map(_build, zip(cols.pids, cols.mins, cols.maxs, names, cols.times, cols.durations, strict=True)))
+
+
+def payload_columns(head: PayloadHead) -> RowColumns:
+    """Every record of a payload (its head as `read_head` read it) as columns, range-checked.
+
+    The common batch (consecutive partitions of one width, a constant span) has its ids computed
+    as ranges and checked at their ends; a column whose header bounds its values inside their
+    range is not checked value by value (a search decodes every batch: this was a third of it)."""
+    count, first_pid, deltas, span_col = head.count, head.first_pid, head.pid_deltas, head.spans
+    shorts, durations, spans = head.shorts.all(), head.durations.all(), span_col.all()
+    step = deltas.base
+    if not deltas.width and step > 0:  # consecutive partitions, or a constant stride
+        pids = list(range(first_pid, first_pid + count * step, step))
+        _check_range("partition_id", [pids[0], pids[-1]], 1, MAX_ID)
+        mins = maxs = None
+        errors = head.min_col
+        if not span_col.width and head.flags == _FLAG_PREDICTED_MIN and not errors.width and not errors.base:
+            span = span_col.base
+            first_min = head.first_min + (_first_min_guess(first_pid, span) if head.first_min_guessed else 0)
+            stride = step * (span + 1)
+            _check_range("span", [span], 0, MAX_INT64 - MIN_INT64)
+            _check_range("min_id", [first_min, first_min + (count - 1) * stride], MIN_INT64, MAX_INT64)
+            _check_range("max_id", [first_min + span, first_min + span + (count - 1) * stride], MIN_INT64, MAX_INT64)
+            last_min = first_min + count * stride
+            mins = list(range(first_min, last_min, stride)) if stride else [first_min] * count
+            maxs = list(range(first_min + span, last_min + span, stride)) if stride else [first_min + span] * count
+    else:
+        pids = list(accumulate(deltas.all(), initial=first_pid))
+        _check_range("partition_id", pids, 1, MAX_ID)
+        mins = maxs = None
+    if mins is None or maxs is None:
+        mins = _mins(head, pids, deltas.all(), spans)
+        _check_range("min_id", mins, MIN_INT64, MAX_INT64)
+        _check_range("span", spans, 0, MAX_INT64 - MIN_INT64)
+        maxs = [lo + s for lo, s in zip(mins, spans, strict=True)]
+        _check_range("max_id", maxs, MIN_INT64, MAX_INT64)
+    times = _times(head, pids)
+    _check_range("completed_at", times, 0, MAX_TIMESTAMP)
+    if not _inside(head.durations, 0, MAX_DURATION):
+        _check_range("duration", durations, 0, MAX_DURATION)
+    return RowColumns(pids, mins, maxs, shorts, times, durations)
+
+
+def _inside(column: Column, lo: int, hi: int) -> bool:
+    """Whether a column's header alone keeps every value of it within ``lo .. hi``."""
+    top = column.radix - 1 if column.radix else (1 << column.width) - 1
+    return lo <= column.base and column.base + top <= hi
+
+
+def select_columns(head: PayloadHead, keep: RowFilter) -> RowColumns:
+    """The records of a payload that ``keep`` keeps, as columns: the columns a filter reads are
+    decoded first, cheapest first (worker numbers, durations, pids, completion times), and the
+    rest only when a record is left; a few records are built one by one (`Column.at`), more from
+    whole columns. Range-checked as `payload_columns` checks them."""
+    rows: list[int] | None = None  # None: every row so far
+    if keep.shorts is not None:
+        wanted = keep.shorts
+        rows = [i for i, s in enumerate(head.shorts.all()) if s in wanted]
+        if not rows:
+            return _NO_ROWS
+    if keep.duration is not None:
+        lo, hi = keep.duration
+        durations = head.durations.all()
+        rows = [i for i in (range(head.count) if rows is None else rows) if lo <= durations[i] <= hi]
+        if not rows:
+            return _NO_ROWS
+    pids: list[int] | None = None
+    if keep.pids is not None or keep.completed is not None:
+        pids = list(accumulate(head.pid_deltas.all(), initial=head.first_pid))
+        if keep.pids is not None:
+            lo, hi = keep.pids
+            least, most = min(pids), max(pids)
+            if least >= lo and most <= hi:
+                pass  # the whole payload is inside
+            elif most < lo or least > hi:
+                return _NO_ROWS
+            else:
+                rows = [i for i in (range(head.count) if rows is None else rows) if lo <= pids[i] <= hi]
+                if not rows:
+                    return _NO_ROWS
+        if keep.completed is not None:
+            lo, hi = keep.completed
+            times = _times(head, pids)
+            rows = [i for i in (range(head.count) if rows is None else rows) if lo <= times[i] <= hi]
+            if not rows:
+                return _NO_ROWS
+    if rows is None or len(rows) * 4 > head.count:
+        cols = payload_columns(head)
+        if rows is None:
+            return cols
+        return RowColumns(*([column[i] for i in rows] for column in cols))
+    out = RowColumns([], [], [], [], [], [])
+    for i in rows:
+        for column, value in zip(out, _fields_at(head, i, None if pids is None else pids[i]), strict=True):
+            column.append(value)
+    return out
+
+
+def _times(head: PayloadHead, pids: list[int]) -> list[int]:
+    first_time, slope, time_deltas = head.first_time, head.slope, head.times.all()
+    if slope is None:
+        return list(accumulate(time_deltas, initial=first_time))
+    first_pid = head.first_pid
+    return [first_time] + [
+        first_time + ((slope * (p - first_pid)) >> 8) + r for p, r in zip(pids[1:], time_deltas, strict=True)
+    ]
+
+
+def _mins(head: PayloadHead, pids: list[int], pid_deltas: list[int], spans: list[int]) -> list[int]:
     first_pid, first_min = head.first_pid, head.first_min
-    pids = list(accumulate(pid_deltas, initial=first_pid))
     if head.first_min_guessed:
         first_min += _first_min_guess(first_pid, spans[0])
-    if head.flags == _FLAG_PREDICTED_MIN and not any(min_col) and min(spans) == max(spans):
-        step = spans[0] + 1
-        mins = [first_min + (pid - first_pid) * step for pid in pids]
-    elif head.flags == _FLAG_PREDICTED_MIN:
+    if head.flags == _FLAG_PREDICTED_MIN:
+        min_col = head.min_col.all()
+        if not any(min_col) and min(spans) == max(spans):
+            step = spans[0] + 1
+            return [first_min + (pid - first_pid) * step for pid in pids]
         mins = [first_min]
         prev = first_min
         for delta, span, error in zip(pid_deltas, spans[:-1], min_col, strict=True):
             prev = prev + delta * (span + 1) + error
             mins.append(prev)
-    else:
-        mins = [first_min, *min_col]
-    first_time, slope = head.first_time, head.slope
-    if slope is None:
-        times = list(accumulate(time_deltas, initial=first_time))
-    else:
-        times = [first_time] + [
-            first_time + ((slope * (p - first_pid)) >> 8) + r for p, r in zip(pids[1:], time_deltas, strict=True)
-        ]
-    _check_range("partition_id", pids, 1, MAX_ID)
-    _check_range("min_id", mins, MIN_INT64, MAX_INT64)
-    _check_range("span", spans, 0, MAX_INT64 - MIN_INT64)
-    maxs = [lo + s for lo, s in zip(mins, spans, strict=True)]
-    _check_range("max_id", maxs, MIN_INT64, MAX_INT64)
-    _check_range("completed_at", times, 0, MAX_TIMESTAMP)
-    _check_range("duration", durations, 0, MAX_DURATION)
-    table = workers.lookup_table()
-    try:
-        names = [table[s] for s in shorts]
-    except KeyError as exc:
-        raise DecodeError(f"unknown worker short id {exc.args[0]}") from None
-    return list(map(_build, zip(pids, mins, maxs, names, times, durations, strict=True)))
+        return mins
+    return [first_min, *head.min_col.all()]
 
 
 def find_in_columns(buf: bytes, workers: WorkerMap, pid: int) -> ArchivedPartition | None:
@@ -223,10 +342,23 @@ def find_in_columns(buf: bytes, workers: WorkerMap, pid: int) -> ArchivedPartiti
 
 def find_in_head(head: PayloadHead, workers: WorkerMap, pid: int) -> ArchivedPartition | None:
     """`find_in_columns` on a payload's head as `read_head` read it."""
-    first_pid = head.first_pid
     i = _index_of(head, pid)
     if i is None:
         return None
+    got, low, high, short, at, duration = _fields_at(head, i, pid)
+    return _build((got, low, high, workers.worker_id(short), at, duration))
+
+
+def _fields_at(head: PayloadHead, i: int, pid: int | None) -> tuple[int, int, int, int, int, int]:
+    """The fields of record ``i`` (pid, min, max, worker number, completion, duration), reading only
+    what it needs where the format allows; ``pid`` is its pid if known. Range-checked."""
+    first_pid = head.first_pid
+    if pid is None:
+        deltas = head.pid_deltas
+        if not deltas.width:
+            pid = first_pid + i * deltas.base
+        else:
+            pid = first_pid + sum(deltas.all()[:i])
     span = head.spans.at(i)
     first_min = head.first_min
     if head.first_min_guessed:
@@ -256,7 +388,7 @@ def find_in_head(head: PayloadHead, workers: WorkerMap, pid: int) -> ArchivedPar
     ):
         if not lo <= value <= hi:
             raise DecodeError(f"{field} out of range in columnar payload")
-    return _build((pid, low, low + span, workers.worker_id(short), at, duration))
+    return pid, low, low + span, short, at, duration
 
 
 def _index_of(head: PayloadHead, pid: int) -> int | None:

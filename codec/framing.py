@@ -49,7 +49,17 @@ from typing import Generic, NamedTuple, TypeVar
 
 import zstandard
 
-from codec.columnar import MAX_RECORDS, PayloadHead, decode_columns, encode_columns, find_in_head, read_head
+from codec.columnar import (
+    MAX_RECORDS,
+    PayloadHead,
+    RowColumns,
+    RowFilter,
+    decode_columns,
+    encode_columns,
+    find_in_head,
+    read_head,
+    select_columns,
+)
 from codec.errors import DecodeError, ValidationError
 from codec.packing import get_uvarint
 from codec.record import ArchivedPartition
@@ -162,6 +172,40 @@ def find_in_blob(blob: bytes, workers: WorkerMap, pid: int) -> ArchivedPartition
         raise
     except (UnicodeDecodeError, ValueError, OverflowError, MemoryError) as exc:
         raise DecodeError(f"invalid {blob_codec(blob).name.lower()} payload: {exc}") from None
+
+
+def blob_rows(blob: bytes, workers: WorkerMap, keep: RowFilter | None = None) -> RowColumns:
+    """The records of a blob that ``keep`` keeps (every one without it), as columns whose workers
+    are numbered as ``workers`` numbers them: a search's read of a sealed batch. The columns a
+    filter needs are decoded first (`codec.columnar.select_columns`); the head is not kept in
+    `HEADS` (a search reads each batch once, and would push out the lookups' heads)."""
+    codec, payload = _payload(blob)
+    try:
+        if codec.columnar:
+            return select_columns(read_head(payload), keep or RowFilter())
+        records = decode_text(payload.decode("utf-8"), workers)
+    except DecodeError:
+        raise
+    except (UnicodeDecodeError, ValueError, OverflowError, MemoryError) as exc:
+        raise DecodeError(f"invalid {codec.name.lower()} payload: {exc}") from None
+    out = RowColumns([], [], [], [], [], [])
+    for r in records:
+        short = workers.short_id(r.worker_id)
+        if keep is not None and not _kept(keep, r.partition_id, short, r.completed_at, r.duration):
+            continue
+        row = (r.partition_id, r.min_id, r.max_id, short, r.completed_at, r.duration)
+        for column, value in zip(out, row, strict=True):
+            column.append(value)
+    return out
+
+
+def _kept(keep: RowFilter, pid: int, short: int, at: int, duration: int) -> bool:
+    return (
+        (keep.shorts is None or short in keep.shorts)
+        and (keep.pids is None or keep.pids[0] <= pid <= keep.pids[1])
+        and (keep.completed is None or keep.completed[0] <= at <= keep.completed[1])
+        and (keep.duration is None or keep.duration[0] <= duration <= keep.duration[1])
+    )
 
 
 T = TypeVar("T")

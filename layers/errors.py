@@ -43,3 +43,14 @@ class SlotMoving(PartArchiveError, ClusterError):
     """Redis Cluster kept refusing a call because the slot of its keys was moving between masters
     (TRYAGAIN, ASK, CLUSTERDOWN) for longer than the retry budget (`layers.plumbing.slot_moves`): the call
     did not run. Also a Redis error, so a caller that waits out Redis errors waits this out too."""
+
+
+class ColdStoreUnavailable(PartArchiveError):
+    """The cold store cannot be written or read as a whole (unwritable, unreachable, its package not
+    installed, credentials missing); the message shows its URL without a password. Nothing is
+    expired from Redis meanwhile."""
+
+
+class ColdFileDamaged(DecodeError):
+    """A cold file the archive records is missing or cannot be read as one of ours: its partitions
+    are answered from the statistics."""

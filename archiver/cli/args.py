@@ -72,6 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on PORT")
     run.add_argument("--metrics-host", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)")
     run.add_argument(
+        "--cold-store",
+        metavar="PATH|URL",
+        help="write the summary tier's expired batches there as Parquet before they leave Redis: a directory "
+        "or an fsspec URL such as s3://bucket/prefix ($PARTARCHIVE_COLD_STORE; a URL with a password only there)",
+    )
+    run.add_argument(
         "--adopt-elk",
         action="store_true",
         default=None,
@@ -109,6 +115,20 @@ def build_parser() -> argparse.ArgumentParser:
     get.add_argument("pid", help="partition id")
     get.add_argument("--json", action="store_true")
 
+    find = sub.add_parser("find", parents=[common], help="partitions by worker, completion time, duration, ids, status")
+    find.add_argument("--worker", metavar="W", help="completed (or worked on) by worker W")
+    find.add_argument("--completed-after", metavar="T", help="completed at T or later (ISO 8601 or unix seconds)")
+    find.add_argument("--completed-before", metavar="T", help="completed before T (ISO 8601 or unix seconds)")
+    find.add_argument("--min-duration", metavar="S", help="took at least S seconds")
+    find.add_argument("--max-duration", metavar="S", help="took at most S seconds")
+    find.add_argument("--ids", metavar="A-B", help="partition ids A to B (or one id)")
+    find.add_argument(
+        "--status", metavar="S", help="completed, pending, claimed, running, failed, a comma list, or any (default)"
+    )
+    find.add_argument("--limit", type=int, default=100, help="at most N partitions (default 100)")
+    find.add_argument("--cursor", metavar="C", help="resume where a search with the same filters ended")
+    find.add_argument("--json", action="store_true", help="JSON Lines: a partition a line, then {\"search\": ...}")
+
     status = sub.add_parser("status", parents=[common], help="layer sizes and queue backlog")
     status.add_argument("--json", action="store_true")
     status.add_argument(
@@ -133,9 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
     from_elk.add_argument("--no-progress", action="store_true")
 
     export = sub.add_parser("export", parents=[common], help="every archived partition, as JSON Lines or into a hash")
-    export.add_argument("--format", choices=["elk", "native"], default="elk", dest="fmt")
+    export.add_argument("--format", choices=["elk", "native", "parquet"], default="elk", dest="fmt")
     target = export.add_mutually_exclusive_group(required=True)
-    target.add_argument("--output", metavar="FILE", help="write JSON Lines to FILE ('-' = stdout)")
+    target.add_argument(
+        "--output", metavar="FILE|DIR", help="write JSON Lines to FILE ('-' = stdout); parquet: files under DIR"
+    )
     target.add_argument("--into-hash", metavar="KEY", help="HSET every record into this hash (e.g. Go's elk_archived)")
 
     functions = sub.add_parser(

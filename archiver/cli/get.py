@@ -29,7 +29,10 @@ def command(args: argparse.Namespace, config: Config) -> int:
         raise CliError(f"partition id must be an integer, got {args.pid!r}") from None
     check_partition_id(pid)  # bad input is said before anything is looked up
     ns = open_namespace(config)
-    answer = QueryRouter(ns.redis, ns.keys, archive=ns.archive, summary_lookup=ns.stats_reader.range_summary).get(pid)
+    router = QueryRouter(
+        ns.redis, ns.keys, archive=ns.archive, summary_lookup=ns.stats_reader.range_summary, cold=ns.cold_reads
+    )
+    answer = router.get(pid)
     if args.json:
         print_json(answer.to_dict())
     elif answer.found:

@@ -27,6 +27,7 @@ COMMANDS = {
     "run": "run",
     "serve": "serve",
     "get": "get",
+    "find": "find",
     "status": "status",
     "stats": "stats",
     "demo": "demo",
@@ -57,6 +58,12 @@ def _namespaces(args: argparse.Namespace) -> list[str]:
 
 def _config(args: argparse.Namespace) -> Config:
     args.namespaces = _namespaces(args)
+    cold_store = getattr(args, "cold_store", None)
+    if cold_store is not None and redact_text(cold_store) != cold_store:
+        raise CliError(
+            "--cold-store carries a password, which any process list shows: set the URL in "
+            "PARTARCHIVE_COLD_STORE instead (or give the filesystem its credentials its own way)"
+        )
     return Config.from_env(
         redis_url=args.redis_url,
         namespace=args.namespaces[0] if args.namespaces else None,
@@ -67,6 +74,7 @@ def _config(args: argparse.Namespace) -> Config:
         read_count=getattr(args, "read_count", None),
         elk_prefix=args.elk_prefix,
         adopt_elk=getattr(args, "adopt_elk", None),
+        cold_store=cold_store,
     )
 
 

@@ -59,6 +59,16 @@ def _retention(t: dict[str, Any]) -> str:
     return text
 
 
+def _cold(c: dict[str, Any]) -> str:
+    if c["store"] is None:
+        return "none"
+    size = f"{c['bytes'] / 2**20:,.1f} MiB" if c["bytes"] >= 2**20 else f"{c['bytes']:,} B"
+    text = f"{c['store']}: {c['files']:,} files, {size}, {c['partitions']:,} partitions"
+    if c["written_at"]:
+        text += f", last written {_when(c['written_at'])}"
+    return text + (f"; FAILING: {c['error']}" if c["error"] else "")
+
+
 def _when(at: float | None) -> str:
     return "?" if at is None else dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
@@ -121,6 +131,7 @@ def format_status(report: dict[str, Any]) -> str:
         ("compression ratio", f"{ar['compression_ratio']}x" if ar["compression_ratio"] else "-"),
         ("tier move backlog", _backlog(report["transition"])),
         ("retention (summary)", _retention(report["transition"])),
+        ("cold store", _cold(ar["cold"])),
         ("queue backlog", f"{q['backlog']} ({q['pending']} pending, oldest {q['oldest_pending_age_s']} s)"),
         ("queue lag", "-" if q["lag"] is None else q["lag"]),
         ("compression", _compression(report["pressure"])),

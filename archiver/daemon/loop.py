@@ -191,6 +191,7 @@ class ArchiverDaemon:
             raise wrong
         self.namespace.remember_binding()
         self.archive.check_meta()
+        self.archive.check_cold()
         self.archive.check_batch_size()
         self.commit_buffer.committer.check_statistics()
 

@@ -7,10 +7,9 @@ from archiver.engine.connect import (
     EngineUnreachable,
     async_connect,
     connect,
-    redact_text,
-    redact_url,
 )
 from archiver.engine.embedded import open_engine
+from codec.redact import redact_text, redact_url
 
 __all__ = [
     "Engine",

@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
@@ -23,6 +22,7 @@ from redis.utils import HIREDIS_AVAILABLE
 
 from archiver.config import DEFAULT_POOL_CONNECTIONS
 from codec.errors import PartArchiveError
+from codec.redact import redact_url
 from layers.plumbing.slot_moves import follow_ask_to_new_masters
 from layers.plumbing.steps import AsyncClient
 
@@ -46,29 +46,6 @@ class Engine:
     client: redis.Redis
     url: str
     embedded: bool
-
-
-def redact_url(url: str) -> str:
-    """The URL with its password (and a user name that may be one) replaced, for logs and errors."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable Redis URL>"
-    if parts.password is None and not parts.username:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = f"{parts.username}:" if parts.username and parts.password is not None else ""
-    return urlunsplit(parts._replace(netloc=f"{user}***@{host}"))
-
-
-_CREDENTIALS = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^\s/@'\"]*@")
-
-
-def redact_text(text: str) -> str:
-    """``text`` with the credentials of every URL in it replaced (for messages that quote input)."""
-    return _CREDENTIALS.sub(r"\1***@", text)
 
 
 def connect(url: str, *, cluster: bool = False, password: str | None = None) -> redis.Redis:

@@ -14,7 +14,7 @@ import gc
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path as FilePath
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import redis
 from fastapi import FastAPI, Path, Query
@@ -28,6 +28,7 @@ from archiver.config import Config
 from archiver.engine import async_twin
 from archiver.metrics import register_state_collector
 from archiver.namespace import Namespace
+from archiver.output import json_bytes
 from archiver.router import AsyncQueryRouter
 from archiver.version import installed_version
 from archiver.web.docs import add_offline_redoc
@@ -37,8 +38,18 @@ from archiver.web.overview import NamespaceList, collect_overview
 from layers import MAX_PARTITION_ID, WrongKeyType
 from layers.plumbing.meta import wrong_type_error_steps
 from layers.plumbing.steps import AsyncClient, AsyncIO
+from stats.search import ACTIVE_STATUSES, Filters, Search
 
 MAX_API_ID = 2**53
+#: About how long one page of ``GET /partitions`` searches before it answers with a cursor.
+SEARCH_BUDGET_S = 2.0
+_JSON = "application/json"
+_IDS = r"^[0-9]{1,10}(-[0-9]{1,10})?$"
+_CURSOR = r"^[0-9]{1,10}\.[0-9a-f]{12}$"
+_TIME = (
+    r"^([0-9]{1,13}|[0-9]{4}-[0-9]{2}-[0-9]{2}"
+    r"([T ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?)?(Z|[+-][0-9]{2}:[0-9]{2})?)$"
+)
 STATIC = FilePath(__file__).parent / "static"
 
 
@@ -66,7 +77,14 @@ class CompletedBody(BaseModel):
 
 class PageBody(BaseModel):
     items: list[dict[str, Any]]
-    next_after: int | None
+    next_after: int | None = None
+    next_cursor: str | None = None
+    count: int | None = None
+    searched: list[str] | None = None
+    statistics: list[dict[str, Any]] | None = None
+    not_searched: dict[str, int] | None = None
+    scanned: list[int] | None = None
+    filters: dict[str, Any] | None = None
 
 
 class StatusBody(BaseModel):
@@ -101,8 +119,9 @@ def create_app(
     ns = Namespace(client, config)
     keys = ns.keys
     active = ns.active
+    search = Search(client, ns.archive, ns.cold_reads, budget_s=SEARCH_BUDGET_S)
     make_client = async_client or (lambda: async_twin(client, config.redis_pool_connections))
-    routers = LoopRouters(lambda: AsyncQueryRouter(make_client(), keys, policy=ns.archive.policy))
+    routers = LoopRouters(lambda: AsyncQueryRouter(make_client(), keys, policy=ns.archive.policy, cold=ns.cold_reads))
 
     async def name_wrong_type() -> WrongKeyType:
         return await AsyncIO(routers().redis).run(wrong_type_error_steps(keys))
@@ -171,13 +190,54 @@ def create_app(
 
     @app.get("/partitions", response_model=PageBody, responses=ERRORS)
     def list_partitions(
-        status: Annotated[Literal["pending", "claimed", "running", "failed"] | None, Query()] = None,
-        after: Annotated[int, Query(ge=0, le=MAX_API_ID)] = 0,
+        status: Annotated[
+            str | None,
+            Query(description="pending, claimed, running, failed, completed, a comma list of them, or any"),
+        ] = None,
+        after: Annotated[int, Query(ge=0, le=MAX_API_ID, description="without search filters: the last pid seen")] = 0,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        worker: Annotated[str | None, Query(max_length=256, description="completed (or worked on) by this worker")] = (
+            None
+        ),
+        completed_after: Annotated[
+            str | None,
+            Query(pattern=_TIME, description="completed at this time or later: ISO 8601 or unix seconds"),
+        ] = None,
+        completed_before: Annotated[
+            str | None, Query(pattern=_TIME, description="completed before this time: ISO 8601 or unix seconds")
+        ] = None,
+        min_duration: Annotated[int | None, Query(ge=0, description="took at least this many seconds")] = None,
+        max_duration: Annotated[int | None, Query(ge=0, description="took at most this many seconds")] = None,
+        ids: Annotated[str | None, Query(pattern=_IDS, description="partition ids A-B (or one id)")] = None,
+        cursor: Annotated[str | None, Query(pattern=_CURSOR, description="a page's next_cursor: the next page")] = None,
     ) -> Any:
-        """Active partitions in pid order, ``limit`` at a time; pass ``next_after`` to get the next page."""
-        items, next_after = active.page(status=status, after=after, limit=limit)
-        return {"items": [p.to_dict() for p in items], "next_after": next_after}
+        """Without search filters: the active partitions in pid order, ``limit`` at a time (``status``
+        one of pending, claimed, running, failed); pass ``next_after`` to get the next page.
+
+        With any of ``worker``, ``completed_after``, ``completed_before``, ``min_duration``,
+        ``max_duration``, ``ids``, ``cursor``, or a ``status`` of completed (or several, or any): a
+        search of every layer in pid order, as ``partarchive find``. Its page says which layers it
+        searched (``searched``), gives the ranges whose detail has expired as counts from the
+        statistics instead of rows (``statistics``), counts the completions it cannot search yet
+        (``not_searched``: in the archive queue, or held by a pause), and ends after ``limit``
+        partitions or about two seconds of work: pass ``next_cursor`` (with the same filters) for the
+        next page; none means the search is done."""
+        searching = any(v is not None for v in (worker, completed_after, completed_before, min_duration, max_duration,
+                                                ids, cursor))  # fmt: skip
+        if not searching and (status is None or status in ACTIVE_STATUSES):
+            items, next_after = active.page(status=status, after=after, limit=limit)
+            body = {"items": [p.to_dict() for p in items], "next_after": next_after}
+            return Response(json_bytes(body), media_type=_JSON)
+        filters = Filters.parse(
+            worker=worker,
+            completed_after=completed_after,
+            completed_before=completed_before,
+            min_duration=min_duration,
+            max_duration=max_duration,
+            ids=ids,
+            status=status,
+        )
+        return Response(json_bytes(search.page(filters, cursor=cursor, limit=limit).to_dict()), media_type=_JSON)
 
     @app.get("/stats", responses=ERRORS)
     def get_stats() -> dict[str, Any]:

@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from codec import PartArchiveError, ValidationError
 from layers import WrongKeyType
+from layers.errors import ColdStoreUnavailable
 from layers.plumbing.meta import is_wrong_type
 
 log = structlog.get_logger("partarchive.api")
@@ -53,6 +54,9 @@ class ErrorResponses:
             return error_response(422, "invalid request", detail)
         if isinstance(exc, ValidationError):
             return error_response(422, "invalid request", str(exc))
+        if isinstance(exc, ColdStoreUnavailable):
+            log.warning("cold store unavailable", error=str(exc))
+            return error_response(503, "cold store unavailable", str(exc))
         if isinstance(exc, PartArchiveError):
             log.warning("namespace data is damaged", error=str(exc))
             return error_response(409, "stored data is not what partarchive wrote", str(exc))

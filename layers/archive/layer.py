@@ -22,7 +22,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 
@@ -35,7 +35,17 @@ from layers.archive.tiers import Tier, TierPolicy
 from layers.archive.workers import WorkerRegistry
 from layers.keys import KeySchema
 from layers.plumbing.meta import StoredBatchSize, read_tier, stored_int, stored_tier
+from layers.plumbing.replies import as_text
 from layers.plumbing.scripts import Scripts
+
+
+class ColdSweep(Protocol):
+    """The cold tier as the archive layer knows it (`layers.archive.cold.ColdTier`): the expiry
+    sweep's step when a cold store is configured, and the check at an archiver's start."""
+
+    def step(self, now: float | None = None) -> int: ...
+
+    def check(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +70,8 @@ class ArchiveLayer:
         self.sealing = BatchSealing(redis_client, self.keys, self.policy, self.workers, self.shelves)
         self._batch_size_checked = False
         self.batch_sizes = StoredBatchSize(self.keys.archive_meta, self.policy.batch_size)
+        #: the cold tier (`layers.archive.cold`), when a cold store is configured: expired batches go there first
+        self.cold: ColdSweep | None = None
 
     # state
 
@@ -105,6 +117,20 @@ class ArchiveLayer:
         stored_tier(key, raw[0])
         for field, value in zip(("total", "max_pid", "batch_size", "retention_s"), raw[1:], strict=True):
             stored_int(key, field, value, default=1, minimum=1 if field == "batch_size" else 0)
+
+    def check_cold(self) -> None:
+        """At the archiver's start: with a cold store, that it can be written (`ColdStoreUnavailable`);
+        without one, that the namespace keeps none (its expired batches would leave Redis without
+        going there)."""
+        if self.cold is not None:
+            self.cold.check()
+            return
+        stored = self.redis.hget(self.keys.archive_meta, "cold_store")
+        if stored is not None:
+            raise ValidationError(
+                f"namespace {self.keys.namespace} keeps expired detail in the cold store {as_text(stored)}: "
+                "start with --cold-store (PARTARCHIVE_COLD_STORE) naming it"
+            )
 
     def stored_batch_size(self) -> int:
         """The batch size the namespace's batches were written with (the policy's before any)."""

@@ -28,7 +28,7 @@ from typing import Any
 from codec import ArchivedPartition, DecodeError, blob_record_count
 from codec.elk import as_archived, parse_archived
 from layers.archive.layer import ArchiveLayer
-from layers.archive.shelves import SlotWrite
+from layers.archive.shelves import SlotWrite, StoredBatch
 from layers.archive.tiers import Tier, TierPolicy
 from layers.keys import KeySchema
 from layers.plumbing.meta import stored_float, stored_int
@@ -257,7 +257,11 @@ def index_expiry_step(archive: ArchiveLayer) -> int:
 
 
 def sweep_expired(archive: ArchiveLayer, now: float | None = None, limit: int = 200) -> int:
-    """Delete up to ``limit`` batches whose retention has passed; returns the partitions expired."""
+    """Delete up to ``limit`` batches whose retention has passed; returns the partitions expired.
+    With a cold store (``archive.cold``) they are written there first (`layers.archive.cold`), and
+    leave Redis only once their file is durable and recorded."""
+    if archive.cold is not None:
+        return archive.cold.step(now)
     r, keys = archive.redis, archive.keys
     started = time.perf_counter()
     now = time.time() if now is None else now
@@ -268,7 +272,7 @@ def sweep_expired(archive: ArchiveLayer, now: float | None = None, limit: int = 
     numbers = [int(b) for b in due]
     stored = archive.shelves.read(numbers)
     counts: dict[int, int] = {}
-    pipe = r.pipeline(transaction=False)
+    quarantine = r.pipeline(transaction=False)
     for b in numbers:
         counts[b] = 0
         for blob in (stored[b].legacy, stored[b].slot):  # the shelf's count wins: it holds the old key's too
@@ -277,20 +281,32 @@ def sweep_expired(archive: ArchiveLayer, now: float | None = None, limit: int = 
             try:
                 counts[b] = blob_record_count(blob)
             except DecodeError:
-                pipe.set(keys.quarantine(b), blob)
-    dropped = archive.shelves.write([SlotWrite(b, stored[b].slot, b"", stored[b].legacy) for b in numbers])
-    expired = sum(counts[b] for b in dropped)  # a batch sealed again meanwhile waits for its new time
+                quarantine.set(keys.quarantine(b), blob)
+    quarantine.execute()
+    expired = drop_batches(archive, stored, counts, now=now)
+    r.hset(keys.archive_meta, "last_sweep_s", round(time.perf_counter() - started, 6))
+    return max(expired, 1)
+
+
+def drop_batches(
+    archive: ArchiveLayer, stored: dict[int, StoredBatch], counts: dict[int, int], *, now: float | None = None
+) -> int:
+    """Delete expired batches from Redis, each only if its slot still holds the blob read
+    (``stored``), out of the expiry index and marked expired; returns their partitions (``counts``:
+    per batch). A batch sealed again meanwhile waits for its new time."""
+    r, keys = archive.redis, archive.keys
+    now = time.time() if now is None else now
+    dropped = archive.shelves.write([SlotWrite(b, s.slot, b"", s.legacy) for b, s in stored.items()])
+    expired = sum(counts.get(b, 0) for b in dropped)
+    pipe = r.pipeline(transaction=False)
     if dropped:
         pipe.zrem(keys.expiry, *(str(b) for b in dropped))
         for b in dropped:  # expired on purpose, as `stats verify` tells it from detail that is missing
             pipe.setbit(keys.expired_batches, b, 1)
     pipe.hincrby(keys.archive_meta, "expired", expired)
-    pipe.hset(
-        keys.archive_meta,
-        mapping={"last_sweep_s": round(time.perf_counter() - started, 6), "last_sweep_at": int(now)},
-    )
+    pipe.hset(keys.archive_meta, "last_sweep_at", int(now))
     pipe.execute()
-    return max(expired, 1)
+    return expired
 
 
 _MOVE_NUMBERS = ("move_cursor", "max_pid", "moved", "expired", "expire_cursor", "move_started_at")

@@ -1,5 +1,6 @@
-// The partarchive dashboard: reads /dashboard/overview every 5 s and answers lookups from
-// /partitions/{id}. Text from Redis (worker ids, reasons) is only ever set as textContent.
+// The partarchive dashboard: reads /dashboard/overview every 5 s, answers lookups from
+// /partitions/{id} and searches from /partitions?worker=...&completed_after=... (a page at a time,
+// its cursor kept for the next). Text from Redis (worker ids, reasons) is only ever set as textContent.
 "use strict";
 
 const REFRESH_MS = 5000;
@@ -162,6 +163,9 @@ function show(o) {
   $("archived-total").textContent = fmt(a.archived_total);
   $("bytes-per-partition").textContent = a.bytes_per_partition === null ? "–" : `${a.bytes_per_partition} B`;
   $("compression").textContent = a.compression_ratio ? `${a.compression_ratio}x` : "–";
+  const cold = a.cold;
+  $("cold-store").textContent = cold.store === null ? "none" : cold.error ? `${cold.store} (failing: ${cold.error})` : cold.store;
+  $("cold-files").textContent = cold.store === null ? "–" : `${fmt(cold.files)} files, ${bytes(cold.bytes)}, ${fmt(cold.partitions)} partitions`;
   $("redis-memory").textContent = o.redis.used_memory_human;
   $("redis-node").textContent = `${o.redis.node} (${o.redis.mode}, ${o.redis.role})`;
   $("redis-replicas").textContent = `${fmt(o.redis.replicas_in_step)} of ${fmt(o.redis.replicas)}`;
@@ -225,6 +229,63 @@ async function lookup(event) {
   record.textContent = text;
 }
 
+let searchQuery = null, searchCursor = null;
+
+function searchParams() {
+  const params = new URLSearchParams();
+  for (const [id, name] of [["f-worker", "worker"], ["f-after", "completed_after"], ["f-before", "completed_before"],
+    ["f-min", "min_duration"], ["f-max", "max_duration"], ["f-ids", "ids"]]) {
+    const value = $(id).value.trim();
+    if (value) params.set(name, value);
+  }
+  params.set("status", $("f-status").value);
+  params.set("limit", "50");
+  return params;
+}
+
+function when(at) {
+  return at === undefined || at === null ? "–" : new Date(at * 1000).toISOString().slice(0, 19).replace("T", " ");
+}
+
+async function search(event, more) {
+  if (event) event.preventDefault();
+  if (!more) { searchQuery = searchParams(); searchCursor = null; $("search-results").replaceChildren(); }
+  const params = new URLSearchParams(searchQuery);
+  if (searchCursor) params.set("cursor", searchCursor);
+  const response = await fetch(`/partitions?${params}`, { cache: "no-store" });
+  const body = await response.json();
+  if (!response.ok) {
+    $("search-summary").textContent = `${body.error}${body.detail ? ": " + JSON.stringify(body.detail) : ""}`;
+    $("search-more").hidden = true;
+    return;
+  }
+  const table = $("search-results");
+  if (!table.rows.length) {
+    const head = table.insertRow();
+    for (const h of ["partition", "worker", "completed (UTC)", "duration", "status", "source"]) {
+      const th = document.createElement("th"); th.textContent = h; head.append(th);
+    }
+  }
+  for (const item of body.items) {
+    const tr = table.insertRow();
+    for (const value of [String(item.partition_id), item.worker_id || "–", when(item.completed_at),
+      item.duration === undefined ? "–" : `${fmt(item.duration)} s`, item.status, item.source]) {
+      const td = document.createElement("td"); td.textContent = value; tr.append(td);
+    }
+  }
+  const shown = table.rows.length ? table.rows.length - 1 : 0;
+  const waiting = body.not_searched && body.not_searched.queue ? `; ${fmt(body.not_searched.queue)} completions in the queue not searched` : "";
+  $("search-summary").textContent = `${fmt(shown)} partitions; searched: ${body.searched.join(", ")}${waiting}`;
+  $("search-statistics").replaceChildren(...body.statistics.map((s) => {
+    const li = document.createElement("li");
+    const matching = s.matching === null ? "" : `, ${fmt(s.matching)} match`;
+    li.textContent = `${s.level} ${s[s.level]} (partitions ${s.partitions[0]}-${s.partitions[1]}), from the statistics: ${fmt(s.count)} completed${matching} (${s.why})`;
+    return li;
+  }));
+  searchCursor = body.next_cursor;
+  $("search-more").hidden = !searchCursor;
+}
+
 let timer = null;
 function schedule() {
   clearInterval(timer);
@@ -232,6 +293,8 @@ function schedule() {
 }
 
 $("lookup").addEventListener("submit", lookup);
+$("search").addEventListener("submit", (event) => search(event, false));
+$("search-more").addEventListener("click", () => search(null, true));
 $("auto").addEventListener("change", schedule);
 refresh();
 schedule();

@@ -4,14 +4,16 @@
 -- KEYS[1] active hash     KEYS[2] index bitmap    KEYS[3] simple hash     KEYS[4] staging hash
 -- KEYS[5] done bitmap     KEYS[6] expiry zset     KEYS[7] archive meta    KEYS[8] worker registry
 -- KEYS[9] shelf string    KEYS[10] the batch's own key (versions before shelves)
+-- KEYS[11] cold map (a big-endian u32 per batch: its cold file, layers/archive/cold.py)
 -- ARGV[1] pid   ARGV[2] batch number   ARGV[3] slot in the shelf
 -- Returns {active, indexed, simple, staged, done, newest, retention, generation, slot, legacy,
--- shelf problem, batch size}: the slot as the shelf holds it (codec/framing.py) or false, '' or
--- why the shelf's table cannot be read, and the stored batch size (the caller computed ARGV[2]
--- from the one it knew: if they differ it asks again).
+-- shelf problem, batch size, cold file, cold store}: the slot as the shelf holds it
+-- (codec/framing.py) or false, '' or why the shelf's table cannot be read, the stored batch size
+-- (the caller computed ARGV[2] from the one it knew: if they differ it asks again), the batch's
+-- cold map entry (4 bytes, or '' past the map's end) and where the cold store is (or false).
 -- include: _shelf.lua
 local pid, batch, slot = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local meta = redis.call('HMGET', KEYS[7], 'retention_s', 'batch_size')
+local meta = redis.call('HMGET', KEYS[7], 'retention_s', 'batch_size', 'cold_store')
 local out = {
   redis.call('HGET', KEYS[1], pid),
   redis.call('GETBIT', KEYS[2], pid),
@@ -25,6 +27,8 @@ local out = {
   redis.call('GET', KEYS[10]),
   '',
   meta[2],
+  redis.call('GETRANGE', KEYS[11], 4 * tonumber(batch), 4 * tonumber(batch) + 3),
+  meta[3],
 }
 local size = redis.call('STRLEN', KEYS[9])
 if size == 0 then
