@@ -1,4 +1,4 @@
-"""The processes and their faces: archiver daemon, query router, CLI, demo.
+"""The processes and their faces: archiver daemon, worker runtime, query router, CLI, demo.
 
 The names below are imported on first use, so that a command that needs none of them (``status``,
 ``stats``, ``get``) does not load the daemon and its logging with ``archiver.config``."""
@@ -12,17 +12,33 @@ if TYPE_CHECKING:
     from archiver.config import Config
     from archiver.daemon.loop import ArchiverDaemon
     from archiver.router import Answer, AsyncQueryRouter, QueryRouter, Source
+    from archiver.runtime import AsyncWorker, Lease, RetryPolicy, Worker
 
 _HOMES = {
     "Answer": "archiver.router",
     "ArchiverDaemon": "archiver.daemon.loop",
     "AsyncQueryRouter": "archiver.router",
+    "AsyncWorker": "archiver.runtime",
+    "Lease": "archiver.runtime",
+    "RetryPolicy": "archiver.runtime",
+    "Worker": "archiver.runtime",
     "Config": "archiver.config",
     "QueryRouter": "archiver.router",
     "Source": "archiver.router",
 }
 
-__all__ = ["Answer", "ArchiverDaemon", "AsyncQueryRouter", "Config", "QueryRouter", "Source"]
+__all__ = [
+    "Answer",
+    "ArchiverDaemon",
+    "AsyncQueryRouter",
+    "AsyncWorker",
+    "Config",
+    "Lease",
+    "QueryRouter",
+    "RetryPolicy",
+    "Source",
+    "Worker",
+]
 
 
 def __getattr__(name: str) -> Any:

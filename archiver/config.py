@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from codec.errors import ValidationError
 from layers import KeySchema, TierPolicy
@@ -14,6 +14,9 @@ from layers.archive.commit import DEFAULT_FLUSH_COUNT, DEFAULT_FLUSH_INTERVAL_S
 from layers.control.pressure import PressureSettings
 from layers.keys import check_namespace
 from stats import DEFAULT_RANGE_WIDTH
+
+if TYPE_CHECKING:
+    from archiver.runtime.settings import WorkerSettings
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 #: Connections of an asyncio client's pool (`archiver.engine.connect.waiting_pool`): redis-py's default.
@@ -64,6 +67,13 @@ class Config:
     scale_interval_s: float = 5.0
     scale_up_age_s: float = 10.0
     scale_down_idle_s: float = 60.0
+    worker_window: int = 3
+    worker_heartbeat_s: float = 10.0
+    worker_max_attempts: int = 3
+    worker_backoff_s: float = 1.0
+    worker_backoff_max_s: float = 300.0
+    worker_breaker_failures: int = 3
+    worker_breaker_cooldown_s: float = 30.0
     cold_store: str | None = field(default=None, repr=False)  # may carry a password (`codec.redact`)
     cold_file_batches: int = 1024
     cold_gather_s: float = 300.0
@@ -93,6 +103,29 @@ class Config:
             low_water=self.skip_compression_low_water,
             looks_every_s=self.maintenance_interval_s,
         )
+
+    def worker_settings(self, **overrides: Any) -> WorkerSettings:
+        """The worker runtime's settings (`archiver.runtime.settings`), flags in ``overrides`` (None: not
+        given) over these; checked there, so a bad value stops only the worker."""
+        from archiver.runtime.settings import WorkerSettings
+        from layers.active.window import RetryPolicy
+
+        given = {name: value for name, value in overrides.items() if value is not None}
+        backoff = given.pop("backoff_s", self.worker_backoff_s)
+        retry = RetryPolicy(
+            max_attempts=given.pop("max_attempts", self.worker_max_attempts),
+            backoff_s=backoff,
+            backoff_max_s=max(self.worker_backoff_max_s, backoff),
+        )
+        values: dict[str, Any] = {
+            "window": self.worker_window,
+            "heartbeat_s": self.worker_heartbeat_s,
+            "lease_s": self.lease_timeout_s,
+            "drain_timeout_s": self.drain_timeout_s,
+            "breaker_failures": self.worker_breaker_failures,
+            "breaker_cooldown_s": self.worker_breaker_cooldown_s,
+        }
+        return WorkerSettings(**(values | given), retry=retry)
 
     @property
     def sentinels(self) -> list[tuple[str, int]]:

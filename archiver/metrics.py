@@ -161,6 +161,21 @@ class LayerStateCollector(Collector):
             len(snap.archivers),
         )
         yield gauge(
+            "partarchive_workers_alive",
+            "Worker runtime processes whose presence entry was refreshed within its expiry.",
+            len(snap.workers),
+        )
+        yield gauge(
+            "partarchive_workers_in_hand",
+            "Partitions the live worker runtime processes hold, as their last beats said.",
+            sum(w.in_hand for w in snap.workers),
+        )
+        yield gauge(
+            "partarchive_retries_waiting",
+            "Failed partitions a retry policy sends back to pending once their back-off is over.",
+            snap.retries_waiting,
+        )
+        yield gauge(
             "partarchive_stats_check_ok",
             "Result of the last statistics consistency check (1 ok, 0 failed, -1 never run).",
             snap.stats_check_ok,

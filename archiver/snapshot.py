@@ -22,6 +22,7 @@ import redis
 from codec import PartArchiveError
 from codec.redact import redact_text
 from layers import KeySchema, Tier, TierPolicy
+from layers.active.presence import WorkerPresence, presence_from
 from layers.active.reads import COUNTED, counts_from, queue_counts
 from layers.archive.cold import COLD_FIELDS
 from layers.archive.queue import QueueState, queue_state_from
@@ -82,6 +83,8 @@ class NamespaceSnapshot:
     archival: ArchivalState
     progress: JobProgress
     archivers: list[ArchiverHealth]  # those alive
+    workers: list[WorkerPresence]  # worker runtime processes alive (`layers.active.presence`)
+    retries_waiting: int  # failed partitions a retry policy sends back to pending after their back-off
     stats_check_ok: int  # 1 ok, 0 failed, -1 never run
     stats_check_at: int
     complete_latency: dict[str, Any]  # `KeySchema.complete_latency` as read
@@ -110,6 +113,15 @@ class NamespaceSnapshot:
             "pressure": self.pressure.to_dict(),
             "archival": self.archival.to_dict(),
             "archivers_alive": len(self.archivers),
+            "workers": self.workers_dict(),
+        }
+
+    def workers_dict(self) -> dict[str, Any]:
+        """The worker runtime's side: processes alive, the partitions they hold, retries waiting."""
+        return {
+            "alive": len(self.workers),
+            "in_hand": sum(w.in_hand for w in self.workers),
+            "retries_waiting": self.retries_waiting,
         }
 
     def stats_dict(self) -> dict[str, Any]:
@@ -117,7 +129,11 @@ class NamespaceSnapshot:
         archive and progress."""
         if self.rollups is None:
             raise ValueError("the snapshot was read without the rollups")
-        return self.rollups | {"archive": self.archive.to_dict(), "progress": self.progress.to_dict()}
+        return self.rollups | {
+            "archive": self.archive.to_dict(),
+            "progress": self.progress.to_dict(),
+            "workers": self.workers_dict(),
+        }
 
 
 class SnapshotReader:
@@ -157,6 +173,8 @@ class SnapshotReader:
         pipe.get(k.archival_released)
         pipe.hgetall(k.progress)
         pipe.hgetall(k.archivers)
+        pipe.hgetall(k.presence)
+        pipe.zcard(k.retries)
         pipe.hlen(k.cold_files)
         if not clustered:
             pipe.time()
@@ -178,7 +196,7 @@ class SnapshotReader:
     ) -> NamespaceSnapshot:
         k = self.keys
         size, unreadable, length, pending, dead, raw_meta, simple, open_batches, oldest, check, latency, *rest = replies
-        pressure, unsealed, paused, held, released, samples, health, cold_files = rest[:8]
+        pressure, unsealed, paused, held, released, samples, health, presence, retrying, cold_files = rest[:10]
         now = time.time()
         meta = dict(zip(META_FIELDS, raw_meta, strict=True))
         total = stored_int(k.archive_meta, "total", meta["total"], default=0)
@@ -206,6 +224,8 @@ class SnapshotReader:
             archival=archival,
             progress=job_progress(by_status, total, queue.length, archival.held, parse_samples(samples), now),
             archivers=archivers_from(health, server_now),
+            workers=presence_from(presence, server_now),
+            retries_waiting=int(retrying),
             stats_check_ok=stored_int(k.stats_meta, "last_check_ok", check[0], default=-1, minimum=-1),
             stats_check_at=stored_int(k.stats_meta, "last_check_at", check[1], default=0),
             complete_latency={as_text(a): b for a, b in latency.items()},

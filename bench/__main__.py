@@ -17,6 +17,7 @@ from bench import (
     memory_bench,
     migrate_bench,
     pressure_bench,
+    runtime_bench,
     scrape_bench,
     stats_bench,
     tiers_bench,
@@ -37,6 +38,7 @@ SECTIONS = {
     "worker": worker_bench.run,
     "growth": growth_bench.run,
     "pressure": pressure_bench.run,
+    "runtime": runtime_bench.run,
     "scrape": scrape_bench.run,
     "find": find_bench.run,
 }

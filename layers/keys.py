@@ -249,6 +249,37 @@ class KeySchema:
         """Hash: the worker SDK's completion latencies, counts per bucket ``b{i}`` and ``sum_us``."""
         return f"{self._tagged}_partitions:complete_latency"
 
+    @property
+    def retries(self) -> str:
+        """Sorted set of failed pids a retry policy sends back to pending, score = when (unix ms):
+        written by a failure with a policy (``finish.lua``), read by the workers' beats (``beat.lua``)."""
+        return f"{self._tagged}_partitions:retries"
+
+    @property
+    def attempts(self) -> str:
+        """Hash pid -> the failures a retry policy counted for it so far; the field goes when the runtime
+        completes the partition (``finish.lua``; one completed by the SDK's ``complete`` keeps its few
+        bytes, its pid never used again) or it is retried by hand (``retry_failed``)."""
+        return f"{self._tagged}_partitions:attempts"
+
+    @property
+    def presence(self) -> str:
+        """Hash worker id -> the presence entry of a worker runtime process (JSON: host, pid, window,
+        partitions in hand, processed, last beat, when it expires), refreshed by its beats."""
+        return f"{self._tagged}_runtime:workers"
+
+    @property
+    def presence_expiry(self) -> str:
+        """Sorted set worker id -> when its presence entry expires (unix ms): a beat deletes the
+        entries of processes that stopped beating (``beat.lua``)."""
+        return f"{self._tagged}_runtime:expiry"
+
+    @property
+    def finish_keys(self) -> list[str]:
+        """KEYS[1..11] of ``finish.lua``, in its order (Go's stats hash follows in a bound namespace)."""
+        return [self.active, self.leases, self.done, self.queue, self.archival_paused, self.archival_held,
+                self.complete_latency, self.pending, self.failed, self.retries, self.attempts]  # fmt: skip
+
     # queue
     @property
     def queue(self) -> str:

@@ -1,6 +1,7 @@
 """``make chaos``: the whole system under faults, with real processes, on a server of its own.
 
-Phase 1 runs a job while archivers and workers are killed with SIGKILL and restarted, the
+Phase 1 runs a job while archivers and workers (worker SDK loops, and worker runtime processes:
+``partarchive worker``) are killed with SIGKILL and restarted, the
 server is killed and restarted from its append-only file, paused (``CLIENT PAUSE``) and filled
 to ``maxmemory``; every partition must end up archived once. Phase 2 kills the server and
 starts it without its data while the archivers keep running: they must recover by themselves
@@ -38,8 +39,10 @@ from stats import StatsChecker
 
 NAMESPACE = "chaos"
 SHORT = dict(
-    partitions=3000, archivers=2, workers=3, kill_every_s=1.0, worker_delay_s=0.002, min_kills=6, timeout_s=240
+    partitions=3000, archivers=2, workers=3, runtime_workers=2, kill_every_s=1.0, worker_delay_s=0.002, min_kills=6,
+    timeout_s=240,
 )
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass
@@ -52,7 +55,8 @@ class ChaosReport:
     dead_lettered: int = 0  # not lost (requeueable), but nothing here should be poison
     verify_ok: bool = False
     archiver_kills: int = 0
-    worker_kills: int = 0
+    worker_kills: int = 0  # worker SDK loops (tests/chaos_worker.py)
+    runtime_worker_kills: int = 0  # worker runtime processes (partarchive worker)
     server_restarts_aof: int = 0
     server_data_losses: int = 0
     pauses: int = 0
@@ -142,11 +146,16 @@ class Processes:
     def start(self, name: str) -> None:
         self.started += 1
         out = open(self.log_dir / f"{name}.{self.started}.log", "wb")  # noqa: SIM115 - the child owns it
+        env = self._env()
         if name.startswith("archiver"):
             cmd = [sys.executable, "-m", "archiver", "run", "--consumer", f"{name}-{self.started}"]
+        elif name.startswith("runtime"):  # the worker runtime, its leases as short as the SDK loops'
+            cmd = [sys.executable, "-m", "archiver", "worker", "tests.runtime_jobs:process", "--window", "4",
+                   "--lease", "2", "--drain-timeout", "2", "--worker-id", name]  # fmt: skip
+            env["RUNTIME_JOB_SLEEP_S"] = str(self.delay)
         else:
             cmd = [sys.executable, "-m", "tests.chaos_worker", self.url, NAMESPACE, name, str(self.delay)]
-        self.procs[name] = subprocess.Popen(cmd, env=self._env(), stdout=out, stderr=subprocess.STDOUT)
+        self.procs[name] = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
 
     def kill(self, name: str) -> None:
         self.procs[name].kill()
@@ -210,12 +219,15 @@ def _settled(url: str, created: int) -> bool:
         return False
 
 
-def _check_records(client: redis.Redis, created: int, workers: int, since: float) -> tuple[int, int, list[str]]:
+def _check_records(
+    client: redis.Redis, created: int, workers: int, runtime_workers: int, since: float
+) -> tuple[int, int, list[str]]:
     """Every partition asked of the router, its record checked field by field against what was
     created (``create_partitions(1, created * 10, 10)``) and completed (by one of the workers,
     after ``since``): (partitions without a record, records that are wrong, a few examples)."""
     router = QueryRouter(client, NAMESPACE)
     names = {f"worker{i}" for i in range(workers)}
+    prefixes = tuple(f"runtime{i}-" for i in range(runtime_workers))  # a runtime process's id: its prefix, host, pid
     now = time.time() + 5
     missing = wrong = 0
     examples: list[str] = []
@@ -227,7 +239,7 @@ def _check_records(client: redis.Redis, created: int, workers: int, since: float
             examples.append(f"partition {pid}: no record ({answer.source.value}: {answer.detail})")
         elif (
             (got.partition_id, got.min_id, got.max_id) != (pid, (pid - 1) * 10 + 1, pid * 10)
-            or got.worker_id not in names
+            or not (got.worker_id in names or got.worker_id.startswith(prefixes))
             or not since - 5 <= got.completed_at <= now
             or not 0 <= got.duration <= now - since + 5
         ):
@@ -236,14 +248,14 @@ def _check_records(client: redis.Redis, created: int, workers: int, since: float
     return missing, wrong, examples[:5]
 
 
-def _account(url: str, report: ChaosReport, created: int, workers: int, since: float) -> None:
+def _account(url: str, report: ChaosReport, created: int, workers: int, runtime_workers: int, since: float) -> None:
     client = _client(url)
     keys = KeySchema(NAMESPACE)
     archived = int(client.bitcount(keys.index))
     counted = int(client.hget(keys.stats_global, "completed") or 0)
     report.archived = archived
     report.dead_lettered += int(client.xlen(keys.dead_letter))
-    missing, wrong, examples = _check_records(client, created, workers, since)
+    missing, wrong, examples = _check_records(client, created, workers, runtime_workers, since)
     report.lost += missing
     report.wrong_records += wrong
     report.errors += examples
@@ -254,8 +266,8 @@ def _account(url: str, report: ChaosReport, created: int, workers: int, since: f
     report.errors += [f"verify: batch {b} cannot be decoded" for b in check.undecodable_batches[:5]]
 
 
-def run(*, partitions: int, archivers: int, workers: int, kill_every_s: float, worker_delay_s: float,
-        min_kills: int, timeout_s: float, server_binary: str | None = None) -> ChaosReport:
+def run(*, partitions: int, archivers: int, workers: int, runtime_workers: int, kill_every_s: float,
+        worker_delay_s: float, min_kills: int, timeout_s: float, server_binary: str | None = None) -> ChaosReport:
     report = ChaosReport(partitions=partitions)
     started = time.monotonic()
     rng = random.Random(7)
@@ -270,6 +282,8 @@ def run(*, partitions: int, archivers: int, workers: int, kill_every_s: float, w
                 procs.start(f"archiver{i}")
             for i in range(workers):
                 procs.start(f"worker{i}")
+            for i in range(runtime_workers):
+                procs.start(f"runtime{i}")
             faults = ["aof_restart", "pause", "oom"]
             next_kill = time.monotonic() + kill_every_s
 
@@ -284,16 +298,21 @@ def run(*, partitions: int, archivers: int, workers: int, kill_every_s: float, w
                     procs.kill(victim)
                     procs.start(victim)
                     report.archiver_kills += 1
-                    if report.archiver_kills % 4 == 0:
-                        worker = f"worker{rng.randrange(workers)}"
+                    if report.archiver_kills % 2 == 0:  # a runtime process and a worker SDK loop in turn
+                        runtime = runtime_workers and (report.archiver_kills // 2) % 2 == 1
+                        kind, count = ("runtime", runtime_workers) if runtime else ("worker", workers)
+                        worker = f"{kind}{rng.randrange(count)}"
                         procs.kill(worker)
                         procs.start(worker)
-                        report.worker_kills += 1
+                        if runtime:
+                            report.runtime_worker_kills += 1
+                        else:
+                            report.worker_kills += 1
 
             _wait("every partition archived, with every fault injected",
                   lambda: not faults and report.archiver_kills >= min_kills and _settled(server.url, partitions),
                   timeout_s, tick)
-            _account(server.url, report, partitions, workers, since)
+            _account(server.url, report, partitions, workers, runtime_workers, since)
 
             # phase 2: the server comes back empty while the archivers keep running
             server.kill()
@@ -305,7 +324,7 @@ def run(*, partitions: int, archivers: int, workers: int, kill_every_s: float, w
             ActiveLayer(_client(server.url), NAMESPACE).create_partitions(1, second * 10, 10)
             _wait("the new job archived by the same archivers", lambda: _settled(server.url, second), timeout_s)
             phase1_verify = report.verify_ok
-            _account(server.url, report, second, workers, since)
+            _account(server.url, report, second, workers, runtime_workers, since)
             report.verify_ok = report.verify_ok and phase1_verify
             report.recovered_after_data_loss = True
             report.oom_refusals = procs.log_lines("oom")
@@ -346,8 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.short:
         settings = SHORT
     else:
-        settings = dict(partitions=20_000, archivers=2, workers=3, kill_every_s=0.6, worker_delay_s=0.005,
-                        min_kills=60, timeout_s=900)
+        settings = dict(partitions=20_000, archivers=2, workers=3, runtime_workers=2, kill_every_s=0.6,
+                        worker_delay_s=0.005, min_kills=60, timeout_s=900)
     report = run(**settings, server_binary=args.server)  # type: ignore[arg-type]
     for key, value in asdict(report).items():
         print(f"{key:28} {value}")

@@ -41,7 +41,9 @@ def _shared_gauges(text: str) -> set[str]:
 
 
 #: Series a process has only once something happened to a namespace that this test does not do.
-_ONLY_WHEN_IT_HAPPENED = ("partarchive_slot_move_retries",)
+#: Series a process has only for what happened in it: a slot move ridden out, a worker runtime run (for its
+#: namespaces).
+_ONLY_WHEN_IT_HAPPENED = ("partarchive_slot_move_retries", "partarchive_runtime_")
 
 
 def test_every_series_has_the_namespace(real_redis: redis.Redis, namespace: str) -> None:

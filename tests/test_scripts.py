@@ -60,14 +60,17 @@ def test_a_script_includes_exactly_the_helpers_it_uses(name: str) -> None:
 def test_a_script_is_sent_with_its_helpers_first_each_once() -> None:
     assert [f for f, _ in assembled("commit").parts] == ["_checks.lua", "_decimal.lua", "commit.lua"]
     assert [f for f, _ in assembled("claim").parts] == [
-        "_checks.lua", "_layout.lua", "_time.lua", "_gostats.lua", "claim.lua"
+        "_checks.lua", "_layout.lua", "_time.lua", "_gostats.lua", "_claim.lua", "claim.lua"
     ]  # fmt: skip
     assert [f for f, _ in assembled("dead_letter").parts] == ["dead_letter.lua"]
     for name in SCRIPTS:
         source = script_source(name)
         assert source.endswith(_text(f"{name}.lua").rstrip("\n") + "\n")
         assert "_record.lua" not in dict(assembled(name).parts) or name in {
+            "beat",
             "fail",
+            "finish_failed",
+            "release",
             "release_held",
             "retry_failed",
             "upgrade",

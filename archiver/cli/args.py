@@ -84,6 +84,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="also import and remove what elk_coordinator's Go workers complete (needs --elk-prefix)",
     )
 
+    worker = sub.add_parser(
+        "worker", parents=[common], help="run a worker runtime: MODULE:FUNCTION(partition, lease) on the partitions"
+    )
+    worker.add_argument("function", metavar="MODULE:FUNCTION", help="the function that processes one partition")
+    worker.add_argument("--window", type=int, metavar="N", help="partitions worked on at once per process (default 3)")
+    worker.add_argument("--processes", type=int, default=1, metavar="N", help="N worker processes under a supervisor")
+    worker.add_argument("--worker-id", metavar="PREFIX", help="each process's id starts with PREFIX (default: none)")
+    worker.add_argument("--heartbeat", type=float, metavar="S", help="beat every S seconds (default 10)")
+    worker.add_argument("--lease", type=float, metavar="S", help="a lease not renewed for S s is taken over (300)")
+    worker.add_argument(
+        "--drain-timeout", type=float, metavar="S", help="after SIGTERM: S seconds to finish, then hand back (10)"
+    )
+    worker.add_argument("--until-empty", action="store_true", help="stop once nothing is pending or running")
+    worker.add_argument("--max-attempts", type=int, metavar="N", help="attempts a partition gets (default 3)")
+    worker.add_argument("--retry-backoff", type=float, metavar="S", help="first back-off before a retry (default 1)")
+    worker.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    worker.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on PORT")
+    worker.add_argument("--metrics-host", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)")
+
+    workers = sub.add_parser("workers", parents=[common], help="live worker runtime processes: host, pid, in hand")
+    workers.add_argument("--json", action="store_true")
+
     serve = sub.add_parser("serve", parents=[common], help="the query-router HTTP API and /metrics")
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8080)

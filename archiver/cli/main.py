@@ -37,6 +37,8 @@ COMMANDS = {
     "dead-letters": "dead_letters",
     "export": "export",
     "archival": "archival",
+    "worker": "worker",
+    "workers": "workers",
     "functions": "functions",
 }
 

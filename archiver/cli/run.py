@@ -8,7 +8,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 
@@ -19,6 +19,8 @@ from archiver.engine import client_for
 from archiver.namespace import Namespace
 
 if TYPE_CHECKING:
+    from archiver.daemon.children import Starter
+    from archiver.daemon.group_metrics import GroupMetrics
     from archiver.daemon.probes import LoopProbe
 
 T = TypeVar("T")
@@ -108,7 +110,6 @@ def _supervise(args: argparse.Namespace, config: Config, processes: int, auto: b
     """Children under a supervisor: ``processes`` of them, or, with ``auto``, as the backlog says
     (at most ``processes``); with ``--metrics-port`` the supervisor serves the group's metrics."""
     from archiver.daemon.autoscale import Autoscaler, ScalePolicy
-    from archiver.daemon.children import can_fork, forker, spawner
     from archiver.daemon.supervisor import Supervisor
     from layers.control.pressure import observe_backlog
 
@@ -124,26 +125,39 @@ def _supervise(args: argparse.Namespace, config: Config, processes: int, auto: b
         scaler = Autoscaler(policy, lambda: observe_backlog(client, keys))  # type: ignore[arg-type]
     metrics = None
     if args.metrics_port is not None and client is not None:
-        from archiver.daemon.group_metrics import GroupMetrics
-
-        check_port(args.metrics_port)
-        metrics = GroupMetrics([ns.archive for ns in spaces])
-        try:
-            metrics.serve(args.metrics_port, args.metrics_host)
-        except OSError as exc:
-            metrics.close()
-            raise CliError(_port_error(args, exc)) from None
-    if metrics is None and can_fork():
-        from archiver.cli.main import main
-
-        start = forker(args.argv, main)
-    else:
-        start = spawner(args.argv, dict(os.environ) | (metrics.child_env if metrics is not None else {}))
+        metrics = serve_group_metrics(args, [ns.archive for ns in spaces], "archiver")
+    start = child_starter(args, metrics)
     try:
         return Supervisor(start, config.drain_timeout_s, processes, scaler=scaler, metrics=metrics).run()
     finally:
         if metrics is not None:
             metrics.close()
+
+
+def serve_group_metrics(args: argparse.Namespace, archives: list[Any], role: str) -> GroupMetrics:
+    """A supervisor's group metrics (`archiver.daemon.group_metrics`) served on ``--metrics-port``."""
+    from archiver.daemon.group_metrics import GroupMetrics
+
+    check_port(args.metrics_port)
+    metrics = GroupMetrics(archives, role)
+    try:
+        metrics.serve(args.metrics_port, args.metrics_host)
+    except OSError as exc:
+        metrics.close()
+        raise CliError(_port_error(args, exc)) from None
+    return metrics
+
+
+def child_starter(args: argparse.Namespace, metrics: GroupMetrics | None) -> Starter:
+    """How a supervisor starts its children: forked from it, or as new interpreters where it cannot
+    fork or serves the group's metrics (`archiver.daemon.children`)."""
+    from archiver.daemon.children import can_fork, forker, spawner
+
+    if metrics is None and can_fork():
+        from archiver.cli.main import main
+
+        return forker(args.argv, main)
+    return spawner(args.argv, dict(os.environ) | (metrics.child_env if metrics is not None else {}))
 
 
 def _port_error(args: argparse.Namespace, exc: OSError) -> str:

@@ -107,6 +107,11 @@ def _archival(a: dict[str, Any]) -> str:
     return f"{running}; {a['held']:,} completed partitions held in the active hash" if a["held"] else running
 
 
+def _workers(w: dict[str, Any]) -> str:
+    text = f"{w['alive']} ({w['in_hand']:,} partitions in hand)"
+    return text + (f"; {w['retries_waiting']:,} failures wait for a retry" if w["retries_waiting"] else "")
+
+
 def format_status(report: dict[str, Any]) -> str:
     a, ar, q = report["active"], report["archive"], report["queue"]
     by_status = ", ".join(f"{k} {v}" for k, v in a["by_status"].items())
@@ -132,6 +137,7 @@ def format_status(report: dict[str, Any]) -> str:
         ("compression", _compression(report["pressure"])),
         ("archival", _archival(report["archival"])),
         ("archivers alive", report["archivers_alive"]),
+        ("workers alive", _workers(report["workers"])),
         ("dead letters", q["dead_letters"]),
         ("redis used_memory", f"{report['redis']['used_memory_human']} ({report['redis']['used_memory']:,} B)"),
         ("redis node", describe_node(report["redis"])),

@@ -47,7 +47,10 @@ def _size(path: str) -> int:
 
 
 class GroupMetrics:
-    def __init__(self, archives: Sequence[ArchiveLayer]) -> None:
+    """``role``: the processes' kind, ``archiver`` (``run``) or ``worker`` (``partarchive worker``), named in
+    the process gauges; only archivers are scaled."""
+
+    def __init__(self, archives: Sequence[ArchiveLayer], role: str = "archiver") -> None:
         self.namespaces = [a.keys.namespace for a in archives]
         self.directory = tempfile.mkdtemp(prefix="partarchive-metrics-")
         self.registry = CollectorRegistry()
@@ -55,18 +58,18 @@ class GroupMetrics:
         for archive in archives:
             self.registry.register(LayerStateCollector(archive))
         self.processes = Gauge(
-            "partarchive_archiver_processes", "Archiver processes the supervisor keeps running.", ["namespace"],
-            registry=self.registry,
+            f"partarchive_{role}_processes", f"{role.capitalize()} processes the supervisor keeps running.",
+            ["namespace"], registry=self.registry,
         )  # fmt: skip
         self.max_processes = Gauge(
-            "partarchive_archiver_processes_max", "The most archiver processes the supervisor may run.", ["namespace"],
+            f"partarchive_{role}_processes_max", f"The most {role} processes the supervisor may run.", ["namespace"],
             registry=self.registry,
         )  # fmt: skip
         self.decisions = Counter(
             "partarchive_scale_decisions", "Scaling decisions of the supervisor, by direction and cause.",
             ["namespace", "direction", "cause"], registry=self.registry,
         )  # fmt: skip
-        for ns in self.namespaces:  # every series from the first scrape
+        for ns in self.namespaces if role == "archiver" else ():  # every series from the first scrape
             for direction, cause in (("up", "backlog_growing"), ("up", "oldest_entry"), ("down", "queue_idle")):
                 self.decisions.labels(namespace=ns, direction=direction, cause=cause)
 

@@ -1,6 +1,9 @@
 """Liveness and readiness of one archiver process, answered on its ``--metrics-port`` beside
 ``/metrics`` (the port a Kubernetes probe reaches: deploy/kubernetes).
 
+A worker runtime process (``partarchive worker --metrics-port``) answers the same two: alive while it
+beats (whether Redis answers or not), ready until it drains.
+
 - ``GET /healthz`` is 200 while the daemon's loop turns: a round ended, or an attempt to reach
   Redis was made, within `STALLED_AFTER_S`. A Redis that is down does not fail it (the loop
   keeps trying, and a restart would not help); a loop stuck in a call does.
@@ -35,8 +38,11 @@ READINESS_PATH = "/readyz"
 class LoopProbe:
     """What the probes read: when the loop last turned, whether it has started, whether it stops."""
 
-    def __init__(self, stop: threading.Event, stalled_after_s: float = STALLED_AFTER_S) -> None:
+    def __init__(
+        self, stop: threading.Event, stalled_after_s: float = STALLED_AFTER_S, *, what: str = "archiver loop"
+    ) -> None:
         self.stop = stop
+        self.what = what  # what stalls: the archiver's loop, a worker's beats
         self.stalled_after_s = stalled_after_s
         self.started = False
         self._turned_at = time.monotonic()
@@ -47,7 +53,7 @@ class LoopProbe:
     def liveness(self) -> tuple[int, dict[str, Any]]:
         idle_s = round(time.monotonic() - self._turned_at, 3)
         if idle_s > self.stalled_after_s:
-            return 503, {"error": "archiver loop stalled", "detail": {"idle_s": idle_s}}
+            return 503, {"error": f"{self.what} stalled", "detail": {"idle_s": idle_s}}
         return 200, {"status": "ok", "idle_s": idle_s}
 
     def readiness(self) -> tuple[int, dict[str, Any]]:

@@ -12,6 +12,12 @@ backlog says (`archiver.daemon.autoscale`); a child it stops gets SIGTERM, drain
 restarted. With ``--metrics-port`` the supervisor serves the whole group's metrics on that port
 (`archiver.daemon.group_metrics`); the children serve none.
 
+The worker runtime's processes (``partarchive worker --processes N``) run under the same supervisor
+(``role="worker"``); with ``--until-empty`` a child that finds nothing left exits 0, is not
+restarted, and the supervisor returns once every child has (``until_done``). A worker's second
+signal is passed on as a second SIGTERM (each child hands its partitions back at once); a third
+kills them.
+
 Children are separate processes, not threads: each has its own interpreter, so N of them
 use N cores.
 """
@@ -66,8 +72,12 @@ class Supervisor:
         *,
         scaler: Autoscaler | None = None,
         metrics: GroupMetrics | None = None,
+        role: str = "archiver",
+        until_done: bool = False,
     ) -> None:
         self.start = start
+        self.role = role
+        self.until_done = until_done  # a child that exits 0 is done: not restarted
         self.drain_timeout_s = drain_timeout_s
         self.scaler = scaler
         self.metrics = metrics
@@ -76,6 +86,7 @@ class Supervisor:
         self.stopping = threading.Event()
         self.decisions: list[ScaleDecision] = []
         self._killing = False
+        self._forwarded = False
         self._next_scale = 0.0
         self._backlog_unreadable = False
 
@@ -97,6 +108,9 @@ class Supervisor:
                 now = time.monotonic()
                 for child in list(self.children):
                     self._tend(child, now)
+                if self.until_done and not self.children:
+                    log.info("every process finished", role=self.role)
+                    break
                 if self.scaler is not None and now >= self._next_scale:
                     self._next_scale = now + self.scaler.policy.interval_s
                     self._scale(self.scaler, now)
@@ -118,24 +132,28 @@ class Supervisor:
         if child.retiring:
             self.children.remove(child)
             if proc is not None:
-                log.info("archiver process stopped", child=child.index, pid=proc.pid, code=proc.returncode)
+                log.info(f"{self.role} process stopped", child=child.index, pid=proc.pid, code=proc.returncode)
             return
         if proc is not None:  # it exited on its own
             code = proc.poll()
             assert code is not None  # not running
+            if code == 0 and self.until_done:
+                self.children.remove(child)
+                log.info(f"{self.role} process finished", child=child.index, pid=proc.pid)
+                return
             child.exit_codes.append(code)
             ran = now - child.started
             child.pause_s = RESTART_PAUSE_S if ran >= HEALTHY_AFTER_S else min(child.pause_s * 2, RESTART_PAUSE_MAX_S)
             child.next_start = now + child.pause_s
             child.process = None
-            log.warning("archiver process exited, restarting", child=child.index, code=code, in_s=child.pause_s)
+            log.warning(f"{self.role} process exited, restarting", child=child.index, code=code, in_s=child.pause_s)
             return
         if now >= child.next_start:
             child.process = self.start()
             child.started = now
             if child.exit_codes:
                 child.restarts += 1
-            log.info("archiver process started", child=child.index, pid=child.process.pid)
+            log.info(f"{self.role} process started", child=child.index, pid=child.process.pid)
 
     def _scale(self, scaler: Autoscaler, now: float) -> None:
         """One scaling decision, logged as one line with its reason, and carried out."""
@@ -172,6 +190,14 @@ class Supervisor:
             newest.process.send_signal(signal.SIGTERM)
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if self.stopping.is_set() and self.role == "worker" and not self._forwarded:
+            self._forwarded = True  # a worker's second signal hands its partitions back at once: passed on
+            log.warning(f"second signal: {self.role} processes stop now", signal=signum)
+            for child in self.children:
+                if child.running:
+                    assert child.process is not None
+                    child.process.send_signal(signal.SIGTERM)
+            return
         if self.stopping.is_set():
             self._killing = True
             for child in self.children:
@@ -179,7 +205,7 @@ class Supervisor:
                     assert child.process is not None
                     child.process.kill()
             return
-        log.info("stopping archiver processes", signal=signum, deadline_s=self.drain_timeout_s)
+        log.info(f"stopping {self.role} processes", signal=signum, deadline_s=self.drain_timeout_s)
         self.stopping.set()
 
     def _stop_children(self) -> int:
@@ -194,7 +220,7 @@ class Supervisor:
             try:
                 proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                log.error("archiver process missed the drain deadline, killing it", pid=proc.pid)
+                log.error(f"{self.role} process missed the drain deadline, killing it", pid=proc.pid)
                 proc.kill()
                 proc.wait()
         # -SIGTERM: a child that was still starting (no handler yet, nothing read) ended at once

@@ -142,6 +142,21 @@ def collect_overview(ns: Namespace, namespaces: NamespaceList) -> dict[str, Any]
             }
             for h in snapshot.archivers
         ],
+        "workers": status["workers"] | {
+            "list": [
+                {
+                    "worker_id": w.worker_id,
+                    "host": w.host,
+                    "pid": w.pid,
+                    "window": w.window,
+                    "in_hand": w.in_hand,
+                    "processed": w.processed,
+                    "failed": w.failed,
+                    "last_beat_age_s": round(max(0.0, now - w.last_beat), 1),
+                }
+                for w in snapshot.workers
+            ]
+        },
         "dead_letters": {"count": status["queue"]["dead_letters"], "latest": letters},
         "series": hourly,
         "minutes": per_minute,

@@ -10,7 +10,7 @@ and adds it to the local clock, measuring again every ``resync_s`` so drift stay
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import redis
 
@@ -65,7 +65,8 @@ class ServerClock(ClockOffset):
 
 
 class AsyncServerClock(ClockOffset):
-    """`ServerClock` on a `redis.asyncio` client: ``await clock()``."""
+    """`ServerClock` on a `redis.asyncio` client: ``clock()`` is the time, or, when the offset is due to be
+    measured again, an awaitable of it (a `Call` step takes either)."""
 
     def __init__(
         self, client: AsyncClient, *, resync_s: float = RESYNC_S, local: Callable[[], float] = time.time
@@ -74,9 +75,11 @@ class AsyncServerClock(ClockOffset):
         self.redis = client
         self._io = AsyncIO(client)
 
-    async def __call__(self) -> float:
+    def __call__(self) -> float | Awaitable[float]:
+        """The time, or (when the offset is due to be measured again) a coroutine that measures it and
+        gives the time: a `Call` step awaits what is awaitable, and most readings need no await."""
         now = self.cached()
-        return await self._io.run(self.reading()) if now is None else now
+        return self._io.run(self.reading()) if now is None else now
 
     async def sync(self) -> None:
         await self._io.run(self.sync_steps())

@@ -47,6 +47,7 @@ from codec.validate import (
 from layers.active.latencies import LatencyBuffer, latency_argument, sdk_complete_seconds
 from layers.active.leader import ActiveLeader
 from layers.active.reads import ActiveReads, typed
+from layers.active.window import ActiveWindow
 from layers.errors import (
     InvalidTransition,
     NotOwner,
@@ -64,8 +65,9 @@ _SEEN_MAX = 4096  # records remembered (`ActiveCore._seen`): more partitions tha
 #: How often at most a claim looks for stale leases (`ActiveCore._claim`).
 STALE_LOOK_S = 1.0
 
-#: Unix seconds, as a float: a plain function, or a coroutine function for the asyncio SDK.
-Clock = Callable[[], float] | Callable[[], Awaitable[float]]
+#: Unix seconds, as a float: a plain function, or a coroutine function for the asyncio SDK (or a function
+#: that gives either, `layers.active.clock.AsyncServerClock`).
+Clock = Callable[[], float] | Callable[[], Awaitable[float]] | Callable[[], float | Awaitable[float]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +81,7 @@ class Completion:
     held: bool = False  # paused or outside the share (`layers.control.switch`): kept in the active hash, queued later
 
 
-class ActiveCore(ActiveReads, ActiveLeader):
+class ActiveCore(ActiveReads, ActiveLeader, ActiveWindow):
     """The state and the steps of the worker SDK (no client: the flavours bring the I/O)."""
 
     def __init__(self, keys: KeySchema, clock: Clock, *, lease_timeout: float, record_format: str | None) -> None:
@@ -97,8 +99,7 @@ class ActiveCore(ActiveReads, ActiveLeader):
         self._next_stale_look = 0  # unix ms: the first claim looks
         # Go's times are sent only where Go's records can be; a step that meets one asks for them
         self._elk_times = record_format == "elk" or keys.elk_prefix is not None
-        self._elk_second: int | None = None  # the second `_elk_prefix` writes
-        self._elk_prefix = ""
+        self._elk_second: tuple[int, str] = (-1, "")  # a second and its date and time, one object: threads share it
         self._workers: dict[str, str] = {}  # worker ids checked, as the JSON text the scripts compare
         # pid -> the native record as this SDK's last step on it answered (and parsed): sent with the
         # next step, whose script then need not check the record whole again (`_layout.lua`'s native_at)
@@ -111,6 +112,7 @@ class ActiveCore(ActiveReads, ActiveLeader):
             "complete": [*k.complete_keys, *k.go_stats],
             "complete_running": k.complete_keys[:5],  # archived, no latencies handed, not bound
             "complete_holding": k.complete_keys[:6],  # the same where completions may be held
+            "finish": [*k.finish_keys, *k.go_stats],  # the task window's finish (`layers.active.window`)
         }
         self.skipped_records = 0
         self._latencies = LatencyBuffer()  # handed to Redis with a later completion: archived ones
@@ -125,15 +127,16 @@ class ActiveCore(ActiveReads, ActiveLeader):
     def _clock_args(self) -> Steps[tuple[int, int, str]]:
         """Now as unix ms, unix seconds, and RFC 3339 JSON text (UTC, to the microsecond; the
         date and time of a second are formatted once)."""
-        now = yield from self._now()
+        now = float((yield Call(self._clock)))  # `_now`, one generator less on every step's way
         seconds = int(now)
         if not self._elk_times:
             return int(now * 1000), seconds, ""
-        if seconds != self._elk_second:
-            self._elk_second, self._elk_prefix = seconds, '"' + GoTime(seconds, 0).format()[:-1]
+        second = self._elk_second
+        if seconds != second[0]:
+            second = self._elk_second = (seconds, '"' + GoTime(seconds, 0).format()[:-1])
         micros = int((now - seconds) * 1e6)
         fraction = f".{micros:06d}".rstrip("0") if micros else ""
-        return int(now * 1000), seconds, f'{self._elk_prefix}{fraction}Z"'
+        return int(now * 1000), seconds, f'{second[1]}{fraction}Z"'
 
     def _run(self, script: str, keys: list[str], args: list[Any]) -> Steps[Any]:
         """Run a script of this layer; its typed error replies become exceptions here."""
@@ -373,6 +376,16 @@ class ActiveCore(ActiveReads, ActiveLeader):
         self._latencies.give_back(latencies)  # the script adds them only when it completes
         self._held_latencies.give_back(held_latencies)
         return Completion(pid, already_completed=True)
+
+
+    def _checked_worker(self, worker_id: str) -> str:
+        return _worker_json(self, worker_id)
+
+    def _refused(self, reply: list[Any], pid: int, op: str) -> None:
+        _raise_for(reply, pid, op)
+
+    def _pid_of(self, raw: bytes | str) -> str:
+        return _pid_of(raw)
 
 
 def _archived(payload: str) -> ArchivedPartition | None:

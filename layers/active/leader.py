@@ -92,7 +92,7 @@ class ActiveLeader:
         while limit is None or moved < limit:
             step = 1000 if limit is None else min(1000, limit - moved)
             _, now_s, now_elk = yield from self._clock_args()
-            keys = [k.active, k.failed, k.pending, *k.go_stats]
+            keys = [k.active, k.failed, k.pending, k.attempts, *k.go_stats]
             got = yield from self._run("retry_failed", keys, [now_s, now_elk, step])
             n, looked = int(got[0]), int(got[1])
             moved += n

@@ -67,7 +67,8 @@ def drive(steps: Steps[T], perform: Callable[[Any], Any]) -> T:
 
 
 async def adrive(steps: Steps[T], perform: Callable[[Any], Awaitable[Any]]) -> T:
-    """`drive`, each step awaited."""
+    """`drive`, each step awaited (a `Call` whose function gives no awaitable, such as a cached clock's
+    reading, is not: called here, as `aperform` would, without a coroutine of its own)."""
     reply: Any = None
     error: Exception | None = None
     while True:
@@ -77,7 +78,12 @@ async def adrive(steps: Steps[T], perform: Callable[[Any], Awaitable[Any]]) -> T
             return stop.value  # type: ignore[no-any-return]
         reply, error = None, None
         try:
-            reply = await perform(step)
+            if type(step) is Call:
+                reply = step.function(*step.args)
+                if inspect.isawaitable(reply):
+                    reply = await reply
+            else:
+                reply = await perform(step)
         except Exception as exc:  # handed to the steps, which may catch it
             error = exc
         except BaseException:  # cancelled: the steps' clean-up runs now, not at garbage collection

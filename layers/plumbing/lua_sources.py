@@ -31,9 +31,9 @@ from redis.exceptions import NoPermissionError, ResponseError
 _INCLUDE = re.compile(r"^-- include: *(.+)$", re.MULTILINE)
 _LINE = re.compile(r"user_(?:script|function):(\d+)")
 
-#: The scripts that run as the functions of the library (see above): the worker's steps and the
-#: query router's lookup.
-LIBRARY_SCRIPTS = ("claim", "start", "heartbeat", "complete", "lookup")
+#: The scripts that run as the functions of the library (see above): the worker's steps (the runtime's
+#: finish-and-claim among them) and the query router's lookup.
+LIBRARY_SCRIPTS = ("claim", "start", "heartbeat", "complete", "finish", "lookup")
 #: Those of them that write nothing: registered ``no-writes``, so that they run on a replica and on
 #: a server past its maxmemory as their scripts do; where the library cannot be loaded (those
 #: refuse FUNCTION LOAD) they run as scripts (`refuses_load`).

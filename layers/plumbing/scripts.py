@@ -20,6 +20,7 @@ the steps only the error it got, if any. On asyncio, a read-only script's first 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import hashlib
@@ -31,6 +32,7 @@ from weakref import WeakKeyDictionary
 import redis
 import redis.asyncio
 from redis.exceptions import NoScriptError, ResponseError
+from redis.utils import HIREDIS_AVAILABLE
 
 from layers.plumbing.drive import Send, Steps, adrive, aperform, drive, perform
 from layers.plumbing.lua_sources import (
@@ -54,12 +56,17 @@ from layers.plumbing.lua_sources import (
 from layers.plumbing.replies import as_text
 from layers.plumbing.slot_moves import follow_ask_to_new_masters, riding_out
 
+if HIREDIS_AVAILABLE:
+    import hiredis
+
 __all__ = [
     "LIBRARY_SCRIPTS",
     "LUA_ROOMS",
     "READ_ONLY_SCRIPTS",
     "Assembled",
+    "AsyncKeptConnection",
     "AsyncScripts",
+    "KeptConnection",
     "Library",
     "ReadLane",
     "ScriptCore",
@@ -257,11 +264,15 @@ class Scripts(_ClientScripts):
         through `__call__`, which loads the script, if the server answers ``NOSCRIPT``)."""
         return self.core.sha(name)
 
-    def __call__(self, name: str, keys: list[str], args: list[Any]) -> Any:
+    def __call__(self, name: str, keys: list[str], args: list[Any], *, on: KeptConnection | None = None) -> Any:
+        """Run script ``name``; with ``on``, its first command goes on that kept connection instead of
+        through the client."""
         first = self.core.first(name, keys, args)
         failed: Exception | None = None
         if first is not None:
             try:
+                if on is not None:
+                    return on.send(first)
                 return getattr(self._client, first.method)(*first.args)
             except Exception as exc:  # the core's steps take it from here
                 failed = exc
@@ -325,11 +336,17 @@ class AsyncScripts(_ClientScripts):
         pool = getattr(client, "connection_pool", None)
         self.lane = None if self.core.cluster or pool is None else ReadLane(pool, self._send)
 
-    async def __call__(self, name: str, keys: list[str], args: list[Any]) -> Any:
+    async def __call__(
+        self, name: str, keys: list[str], args: list[Any], *, on: AsyncKeptConnection | None = None
+    ) -> Any:
+        """Run script ``name``; with ``on``, its first command goes on that kept connection instead of
+        through the client."""
         first = self.core.first(name, keys, args)
         failed: Exception | None = None
         if first is not None:
             try:
+                if on is not None:
+                    return await on.send(first)
                 if self.lane is not None and name in READ_ONLY_SCRIPTS:
                     return await self.lane.send(first)
                 return await self._send(first)
@@ -414,3 +431,138 @@ class ReadLane:
         self._deadline = conn.socket_timeout
         conn.socket_timeout = None  # the call's deadline is `send`'s
         return conn
+
+
+def _packed(conn: Any, command: Send) -> Any:
+    """``command`` in the protocol: packed by hiredis where it is installed (as redis-py's blocking
+    connections pack; its asyncio ones pack in Python, at a few microseconds an argument)."""
+    if HIREDIS_AVAILABLE:
+        return [hiredis.pack_command((command.method.upper(), *command.args))]
+    return conn.pack_command(command.method.upper(), *command.args)
+
+
+class KeptConnection:
+    """A connection taken from a blocking client's pool and kept, for one thread's long run of script
+    calls (a worker runtime's slot, `layers.plumbing.steps.SyncLane`): what redis-py spends on a
+    command's way through its client (the pool's lock and bookkeeping, its retry wrapper, its
+    observability records: about a third of a short script's round trip) is paid once. A command cut
+    short (reset, timed out) is not sent again here: redis-py closes the connection (it opens again
+    at its next use) and the error goes to the caller, who knows whether a write may be sent again.
+    A reply that is an error is raised as the client raises it."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self.conn = pool.get_connection()
+
+    def send(self, command: Send) -> Any:
+        self.conn.send_packed_command(_packed(self.conn, command), False)
+        return self.conn.read_response()
+
+    def close(self) -> None:
+        self.pool.release(self.conn)
+
+
+#: Replies an `AsyncKeptConnection` reads under one deadline before it puts the deadline off.
+REPLIES_A_DEADLINE = 64
+
+
+class AsyncKeptConnection:
+    """`KeptConnection` on asyncio, shared by the tasks of one loop (`layers.plumbing.steps.AsyncLane`:
+    a worker runtime's slots), its calls pipelined: a call is queued, what the queue holds is written
+    at once when the loop next turns, and the replies are read in their order by a reader of their
+    own, while later calls are written (as ioredis's auto-pipelining does). So N tasks that call
+    together cost one write and one wake-up of the loop, not N, and neither side waits for the
+    other's batch: on asyncio what a call costs the client (a system call, a turn of the loop) is
+    most of it. A write, and a read while replies are awaited, go under the pool's socket timeout
+    (redis.asyncio's own would make a task of each write). A connection cut short fails every call
+    still waiting for its reply (redis-py closes it; it opens again at the next write): none is
+    sent again here. Made by `take`."""
+
+    def __init__(self, pool: Any, conn: Any) -> None:
+        self.pool = pool
+        self.conn = conn
+        self.deadline = conn.socket_timeout
+        conn.socket_timeout = None  # the deadlines are `_write`'s and `_read`'s
+        self._unsent: list[tuple[Send, asyncio.Future[Any]]] = []
+        self._waiting: collections.deque[asyncio.Future[Any]] = collections.deque()  # written, in order
+        self._writing: asyncio.Task[None] | None = None
+        self._reading: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def take(cls, pool: Any) -> AsyncKeptConnection:
+        return cls(pool, await pool.get_connection())
+
+    def send(self, command: Send) -> asyncio.Future[Any]:
+        """``command`` queued; the future of its reply (a future, not a coroutine: one frame less a call)."""
+        future = asyncio.get_running_loop().create_future()
+        self._unsent.append((command, future))
+        if self._writing is None:
+            self._writing = asyncio.create_task(self._write())
+        return future
+
+    async def _write(self) -> None:
+        try:
+            while self._unsent:
+                batch, self._unsent = self._unsent, []
+                data = b"".join(b"".join(_packed(self.conn, command)) for command, _ in batch)
+                self._waiting.extend(future for _, future in batch)
+                try:
+                    async with asyncio.timeout(self.deadline):
+                        await self.conn.send_packed_command(data, False)
+                except BaseException as exc:
+                    await self._cut(exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                    continue
+                if self._reading is None:
+                    self._reading = asyncio.create_task(self._read())
+        finally:
+            self._writing = None
+
+    async def _read(self) -> None:
+        """Read the replies in order while any are awaited. One deadline serves a run of reads, put off
+        every `REPLIES_A_DEADLINE` replies (a deadline costs a timer, about as much as the rest of a
+        reply's reading): replies must keep coming, that many every socket timeout."""
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.deadline) as deadline:
+                read = 0
+                while self._waiting:
+                    try:
+                        reply = await self.conn.read_response()
+                    except ResponseError as exc:  # a reply that is an error: the others stand
+                        _settle(self._waiting.popleft(), exc)
+                        continue
+                    future = self._waiting.popleft()
+                    if not future.done():  # its caller may have been cancelled
+                        future.set_result(reply)
+                    read += 1
+                    if self.deadline is not None and read % REPLIES_A_DEADLINE == 0:
+                        deadline.reschedule(loop.time() + self.deadline)
+        except BaseException as exc:
+            await self._cut(exc)
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._reading = None
+
+    async def _cut(self, exc: BaseException) -> None:
+        """The connection cut short: what waits for a reply fails (a cancelled read cancels it)."""
+        failed = exc if isinstance(exc, Exception) else redis.ConnectionError("cancelled")
+        waiting, self._waiting = self._waiting, collections.deque()
+        await self.conn.disconnect()
+        for future in waiting:
+            _settle(future, failed)
+
+    async def close(self) -> None:
+        for task in (self._writing, self._reading):
+            if task is not None:
+                with contextlib.suppress(Exception):
+                    await task
+        self.conn.socket_timeout = self.deadline
+        await self.pool.release(self.conn)
+
+
+def _settle(future: asyncio.Future[Any], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)

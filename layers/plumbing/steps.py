@@ -29,12 +29,13 @@ import redis.asyncio
 from redis.commands.core import CoreCommands
 
 from layers.plumbing.drive import Call, Steps, adrive, aperform, drive, perform
-from layers.plumbing.scripts import AsyncScripts, Scripts
+from layers.plumbing.scripts import AsyncKeptConnection, AsyncScripts, KeptConnection, Scripts
 from layers.plumbing.slot_moves import ride_out, ride_out_async
 
 __all__ = [
     "AsyncClient",
     "AsyncIO",
+    "AsyncLane",
     "Awaited",
     "Batch",
     "Blocking",
@@ -42,6 +43,7 @@ __all__ = [
     "Script",
     "Steps",
     "SyncIO",
+    "SyncLane",
     "awaiting",
     "blocking",
     "one",
@@ -123,6 +125,32 @@ class SyncIO:
             pipe.execute_command(*args, **options)
         return pipe.execute(raise_on_error=step.raise_on_error)
 
+    def lane(self) -> SyncIO:
+        """A driver of steps whose scripts go on a connection of its own (`SyncLane`); on Redis Cluster,
+        whose client routes each script by its keys, this driver itself."""
+        return self if self._cluster else SyncLane(self.client)
+
+    def close(self) -> None:
+        """Give back what the driver holds (a lane's connection)."""
+
+
+class SyncLane(SyncIO):
+    """`SyncIO` whose scripts' first command goes on a connection of its own, kept until `close`
+    (`layers.plumbing.scripts.KeptConnection`), for one thread's long run of scripts (a worker
+    runtime's slot); everything else is sent the client's usual way."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        super().__init__(client)
+        self.kept = KeptConnection(client.connection_pool)
+
+    def _perform(self, step: Any) -> Any:
+        if type(step) is Script:
+            return self.scripts(step.name, step.keys, step.args, on=self.kept)
+        return super()._perform(step)
+
+    def close(self) -> None:
+        self.kept.close()
+
 
 class AsyncIO:
     """Awaits steps on a `redis.asyncio` client (`redis.asyncio.Redis`, `redis.asyncio.RedisCluster`)."""
@@ -153,6 +181,36 @@ class AsyncIO:
         for args, options in step.calls:
             pipe.execute_command(*args, **options)
         return await pipe.execute(raise_on_error=step.raise_on_error)
+
+    async def lane(self) -> AsyncIO:
+        """`SyncIO.lane` on asyncio (`AsyncLane`): its `lane` gives drivers that share its connection,
+        whose calls go together (`layers.plumbing.scripts.AsyncKeptConnection`)."""
+        if self._cluster or getattr(self.client, "connection_pool", None) is None:
+            return self
+        return AsyncLane(self.client, await AsyncKeptConnection.take(self.client.connection_pool))
+
+    async def close(self) -> None:
+        """Give back what the driver holds (a lane's connection)."""
+
+
+class AsyncLane(AsyncIO):
+    """`SyncLane` on asyncio: scripts on a kept connection the lanes of one loop share, their calls
+    pipelined (made by `AsyncIO.lane`; `close` by the one that made it)."""
+
+    def __init__(self, client: AsyncClient, kept: AsyncKeptConnection) -> None:
+        super().__init__(client)
+        self.kept = kept
+
+    async def lane(self) -> AsyncIO:
+        return AsyncLane(self.client, self.kept)
+
+    async def _perform(self, step: Any) -> Any:
+        if type(step) is Script:
+            return await self.scripts(step.name, step.keys, step.args, on=self.kept)
+        return await super()._perform(step)
+
+    async def close(self) -> None:
+        await self.kept.close()
 
 
 def _keys(step: Batch) -> list[str]:

@@ -181,6 +181,14 @@ function show(o) {
     o.archivers.map((h) => [h.consumer, h.host, String(h.pid), `${fmt(h.rate)}/s`, fmt(h.pending), `${h.last_beat_age_s} s ago`]),
     ["consumer", "host", "pid", "rate", "holding", "last beat"],
   );
+  const w = o.workers;
+  $("worker-count").textContent =
+    `(${w.alive}, ${fmt(w.in_hand)} partitions in hand` + (w.retries_waiting ? `, ${fmt(w.retries_waiting)} retries waiting)` : ")");
+  rows(
+    $("workers"),
+    w.list.map((x) => [x.worker_id, x.host, String(x.pid), `${fmt(x.in_hand)} of ${fmt(x.window)}`, fmt(x.processed), fmt(x.failed), `${x.last_beat_age_s} s ago`]),
+    ["worker", "host", "pid", "in hand", "processed", "failed", "last beat"],
+  );
   rows(
     $("dead-letters"),
     o.dead_letters.latest.map((d) => [d.id, String(d.entry ?? ""), d.reason]),
