@@ -317,7 +317,8 @@ class KeySchema:
     def plan(self) -> str:
         """Hash: the leader's plan: ``first_id`` and ``next_id`` (decimal text: the planned IDs are
         ``first_id .. next_id - 1``, contiguous), ``partitions`` and ``runs`` created, the last writer's
-        ``token`` (``plan.lua``); and where its check is: ``seen_pid`` (the partitions created up to it
+        ``token``, Go's ``last_allocated_id`` as the last run left it (``go_last_allocated``, bound only:
+        a change since is Go's leader's) (``plan.lua``); and where its check is: ``seen_pid`` (the partitions created up to it
         are checked), ``sweep_pid`` (its walk over every partition), ``passes``, ``checked_at``,
         ``failed_final`` (``plan_check.lua``)."""
         return f"{self._tagged}_plan"

@@ -225,9 +225,9 @@ class LeaderDuty:
         if made is None:
             return
         self._m["planned"].inc(len(made.pids))
-        log.info("leader: partitions planned", namespace=self.namespace, partitions=len(made.pids),
-                 pids=f"{made.pids.start}..{made.pids.stop - 1}", ids=f"{made.min_id}..{made.max_id}",
-                 pending_before=counts["pending"], token=self.token)  # fmt: skip
+        log.info("leader: partitions planned", namespace=self.namespace, worker=self.worker_id,
+                 partitions=len(made.pids), pids=f"{made.pids.start}..{made.pids.stop - 1}",
+                 ids=f"{made.min_id}..{made.max_id}", pending_before=counts["pending"], token=self.token)  # fmt: skip
 
     def _check(self) -> Steps[None]:
         report = yield from self.planning._check(self.token)

@@ -547,7 +547,7 @@ def plan_state_from(k: KeySchema, raw: Any, last_run: Any, go_last: Any) -> Plan
         passes=number("passes"),
         checked_at=number("checked_at"),
         failed_final=number("failed_final"),
-        go_last_id=_go_id(go_text),
+        go_last_id=None if go_text == fields.get("go_last_allocated") else _go_id(go_text),
         read_next=fields.get("next_id", ""),
         read_run="" if last_run is None else as_text(last_run),
         read_go=go_text or "",

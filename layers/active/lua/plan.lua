@@ -5,7 +5,9 @@
 -- the caller starts the run there, so the runs stay contiguous whoever creates them: no overlap, no
 -- hole, across leader changes and crashes. The run is appended to KEYS[5] (merged into the last
 -- entry, ARGV[9], when ARGV[10] asks and its pids follow on), after the span Go's leader planned
--- since (ARGV[13]) if any; Go's counters move as Go's creation moves them.
+-- since (ARGV[13]) if any; Go's counters move as Go's creation moves them, and the plan keeps Go's
+-- last_allocated_id as this step left it (go_last_allocated), so that only a change by Go's leader is
+-- taken for its allocation.
 -- KEYS[1] active hash   KEYS[2] pending zset   KEYS[3] partitions meta hash   KEYS[4] plan hash
 -- KEYS[5] plan runs list   KEYS[6] leader lock hash
 -- KEYS[7] Go's stats hash, KEYS[8] Go's leader lock (only when bound to a Go deployment)
@@ -61,6 +63,8 @@ end
 write_partitions(KEYS[1], KEYS[2], KEYS[3], first_pid, bounds, ARGV[2], ARGV[3], ARGV[4])
 if go_stats then
   go_stats_created(go_stats, count, last_pid, bounds[#bounds])
+  -- what Go's counter says now, as written here (%.14g may have rounded it): not an allocation of Go's
+  redis.call('HSET', KEYS[4], 'go_last_allocated', redis.call('HGET', go_stats, 'last_allocated_id'))
 end
 if ARGV[6] == '' then
   redis.call('HSET', KEYS[4], 'first_id', ARGV[8])
