@@ -116,15 +116,20 @@ def test_the_plan_goes_on_from_go_s_allocation_and_moves_go_s_counters_as_go_doe
         b"total": b"6", b"pending": b"6", b"max_partition_id": b"6", b"last_allocated_id": b"5500"}  # fmt: skip
     assert p.runs() == [Run(0, 0, 1, 3000, 0), Run(4, 6, 3001, 5500, 1000)]  # Go's span, then ours
 
+    before = real_redis.hgetall(keys.elk.stats)  # type: ignore[union-attr]
+    ActiveLayer(real_redis, keys).create_partitions(-10_000, -7_001, 1000)  # lower IDs, by hand: not raised
+    after = real_redis.hgetall(keys.elk.stats)  # type: ignore[union-attr]
+    assert (after[b"last_allocated_id"], after[b"max_partition_id"], after[b"total"]) == (b"5500", b"9", b"9")
+    assert after[b"pending"] == b"%d" % (int(before[b"pending"]) + 3)
     p.resign("py-1", token)  # Go's leader leads again, and goes on from where the plan ended
-    assert go.create(2, size=1000) == [7, 8]
-    assert go.get(7).min_id == 5501 and go.get(8).max_id == 7500
+    assert go.create(2, size=1000) == [10, 11]
+    assert go.get(10).min_id == 5501 and go.get(11).max_id == 7500
     token = p.lead("py-1", 0, 30).token
     made = p.extend(token, 9000, 1000)
-    assert made is not None and made.min_id == 7501 and list(made.pids) == [9, 10]
-    assert p.runs()[-2:] == [Run(0, 0, 5501, 7500, 0), Run(9, 10, 7501, 9000, 1000)]
+    assert made is not None and made.min_id == 7501 and list(made.pids) == [12, 13]
+    assert p.runs()[-2:] == [Run(0, 0, 5501, 7500, 0), Run(12, 13, 7501, 9000, 1000)]
     report = p.check(token)
-    assert report is not None and report.holes == report.overlaps == []  # Go's partitions are in Go's spans
+    assert report is not None and report.holes == [] and report.overlaps == []  # Go's partitions: in Go's spans
 
     # Go's counters as Go's Lua writes them: %.14g past 10^14 (rounded), raised only, and not taken for
     # an allocation of Go's when the plan reads them back
