@@ -318,7 +318,8 @@ class KeySchema:
         """Hash: the leader's plan: ``first_id`` and ``next_id`` (decimal text: the planned IDs are
         ``first_id .. next_id - 1``, contiguous), ``partitions`` and ``runs`` created, the last writer's
         ``token``, Go's ``last_allocated_id`` as the last run left it (``go_last_allocated``, bound only:
-        a change since is Go's leader's) (``plan.lua``); and where its check is: ``seen_pid`` (the partitions created up to it
+        a change since is Go's leader's), the pids of runs no longer listed (``folded``: ``lo-hi,...``)
+        (``plan.lua``); and where its check is: ``seen_pid`` (the partitions created up to it
         are checked), ``sweep_pid`` (its walk over every partition), ``passes``, ``checked_at``,
         ``failed_final`` (``plan_check.lua``)."""
         return f"{self._tagged}_plan"
@@ -338,10 +339,17 @@ class KeySchema:
 
     @property
     def plan_runs(self) -> str:
-        """List: one entry a creation call of the plan, ``first_pid,last_pid,min_id,max_id,size`` (pids
-        ``0,0`` and size 0: a span of IDs elk_coordinator's leader planned before this one led), in
-        order; a call that goes on from the last entry in its size and pids is merged into it."""
+        """List: the latest creation calls of the plan (at most `layers.active.planning.RUNS_KEPT`), one
+        entry each, ``first_pid,last_pid,min_id,max_id,size``, in order; a call that goes on from the last
+        entry in its size and pids is merged into it. Older entries are folded: their pids kept as
+        intervals in the plan's ``folded`` field."""
         return f"{self._tagged}_plan:runs"
+
+    @property
+    def plan_go_spans(self) -> str:
+        """List: ``min_id,max_id`` of each span of IDs elk_coordinator's leader planned between the plan's
+        runs (a bound namespace whose leader was Go's for a while), in order."""
+        return f"{self._tagged}_plan:go"
 
     @property
     def finish_keys(self) -> list[str]:

@@ -48,6 +48,7 @@ def layout(client: redis.Redis, keys: KeySchema) -> dict[str, Any]:
     return {
         "plan": client.hgetall(keys.plan),
         "runs": client.lrange(keys.plan_runs, 0, -1),
+        "go": client.lrange(keys.plan_go_spans, 0, -1),
         "active": client.hgetall(keys.active),
         "pending": client.zrange(keys.pending, 0, -1),
         "meta": client.hgetall(keys.meta),
@@ -231,6 +232,30 @@ def test_the_check_finds_holes_and_overlaps_and_counts_failures(real_redis: redi
     assert orjson.loads(real_redis.hget(keys.plan_holes, "4"))["detail"].startswith("neither active nor completed")
 
 
+def test_old_runs_are_folded_and_still_checked(
+    real_redis: redis.Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(planning_module, "RUNS_KEPT", 3)
+    sdk = ActiveLayer(real_redis, namespace)
+    p = PlanningLayer(sdk)
+    token = p.lead("a", 0, 30).token
+    for top in (15, 30, 45, 60, 75, 90):  # each run ends in a short partition: one entry each
+        p.extend(token, top, 10)
+    state = p.state()
+    assert (state.runs, state.partitions, state.folded) == (6, 12, ((1, 6),))
+    assert p.runs() == [Run(7, 8, 46, 60, 10), Run(9, 10, 61, 75, 10), Run(11, 12, 76, 90, 10)]
+    assert p.planned_already(46, 60, 10) is None  # listed: compared, the same
+    with pytest.raises(ValidationError, match="folded"):
+        p.planned_already(1, 15, 10)
+    real_redis.hdel(sdk.keys.active, "2")  # a folded run's partition gone
+    sdk.create_partitions(3, 3, 1)  # and one created over a folded run's IDs
+    p.check(token)
+    report = p.check(token)
+    assert report is not None and [(f.partition_id, f.min_id) for f in report.holes] == [(2, None)]
+    assert [(f.partition_id, f.min_id, f.max_id) for f in report.overlaps] == [(13, 3, 3)]
+    assert "before the runs listed" in report.overlaps[0].detail
+
+
 def _config(namespace: str) -> Any:
     from archiver.config import Config
 
@@ -255,8 +280,9 @@ def histories(draw: st.DrawFn) -> list[tuple[Any, ...]]:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(history=histories(), first=st.integers(-(2**40), 2**40))
 def test_ranges_never_overlap_nor_leave_a_hole_under_random_leader_changes(
-    real_redis: redis.Redis, history: list[tuple[Any, ...]], first: int
+    real_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch, history: list[tuple[Any, ...]], first: int
 ) -> None:
+    monkeypatch.setattr(planning_module, "RUNS_KEPT", 4)  # older runs folded as the plan goes on
     namespace = f"h{uuid.uuid4().hex[:10]}"
     p = plans(real_redis, namespace)
     keys = p.keys
@@ -290,7 +316,7 @@ def test_ranges_never_overlap_nor_leave_a_hole_under_random_leader_changes(
                 except NotLeader:
                     assert token != current or not token
                     assert layout(real_redis, keys) == before  # and a refused write wrote nothing
-                except ValidationError as exc:  # a fixed plan in other partitions than the runs: refused
+                except ValidationError as exc:  # a fixed plan in other partitions, or folded ones: refused
                     assert op[0] == "fixed" and "planned differently" in str(exc)
                     assert layout(real_redis, keys) == before
             state = p.state()
@@ -298,10 +324,12 @@ def test_ranges_never_overlap_nor_leave_a_hole_under_random_leader_changes(
             if state.next_id is None:
                 assert runs == [] and real_redis.hlen(keys.active) == 0
                 continue
-            assert state.first_id == first and runs[0].min_id == first and runs[-1].max_id == state.next_id - 1
-            assert_tiles([(r.min_id, r.max_id) for r in runs], first, state.next_id - 1)
+            assert state.first_id == first and runs[-1].max_id == state.next_id - 1 and len(runs) <= 4
+            assert_tiles([(r.min_id, r.max_id) for r in runs], runs[0].min_id, state.next_id - 1)
+            folded = [pid for lo, hi in state.folded for pid in range(lo, hi + 1)]
+            assert folded == list(range(1, runs[0].first_pid))  # the pids of the runs no longer listed
             active = ranges(real_redis, keys)
-            assert len(active) == state.partitions == sum(r.last_pid - r.first_pid + 1 for r in runs)
+            assert len(active) == state.partitions == len(folded) + sum(r.last_pid - r.first_pid + 1 for r in runs)
             assert_tiles(list(active.values()), first, state.next_id - 1)
             for run in runs:
                 for pid in (run.first_pid, run.last_pid):

@@ -3,13 +3,19 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import redis
 
 from archiver.cli.main import main
 from layers import ActiveLayer
 from layers.active.planning import PlanningLayer
-from tests.helpers import run_cli
+from tests.helpers import cli_env, run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_a_fixed_plan_is_created_once_and_shown(engine_url: str, real_redis: redis.Redis, namespace: str) -> None:
@@ -51,11 +57,16 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     plans.plan_range("setup", token, 1, 2000, 1000, lease_s=30)
     plans.resign("setup", token)
     before = contents(real_redis, namespace)
-    monkeypatch.setenv("REDIS_URL", engine_url)
-    monkeypatch.setenv("PARTARCHIVE_NAMESPACE", namespace)
-    monkeypatch.setenv("LEADER_SOURCE_KEY", f"{namespace}_source")
-    assert main(args) == 2
-    err = capsys.readouterr().err
+    if args[0] == "plan":
+        monkeypatch.setenv("REDIS_URL", engine_url)
+        monkeypatch.setenv("PARTARCHIVE_NAMESPACE", namespace)
+        assert main(args) == 2
+        err = capsys.readouterr().err
+    else:  # a process of its own: `worker` sets up the logging of the process it runs in
+        done = subprocess.run([sys.executable, "-m", "archiver", *args], env=cli_env(engine_url, namespace),
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert done.returncode == 2
+        err = done.stderr
     assert err.count("\n") == 1 and says in err and "Traceback" not in err, err
     assert contents(real_redis, namespace) == before
 

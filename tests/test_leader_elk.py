@@ -114,7 +114,7 @@ def test_the_plan_goes_on_from_go_s_allocation_and_moves_go_s_counters_as_go_doe
     stats = real_redis.hgetall(keys.elk.stats)  # type: ignore[union-attr]
     assert {k: stats[k] for k in (b"total", b"pending", b"max_partition_id", b"last_allocated_id")} == {
         b"total": b"6", b"pending": b"6", b"max_partition_id": b"6", b"last_allocated_id": b"5500"}  # fmt: skip
-    assert p.runs() == [Run(0, 0, 1, 3000, 0), Run(4, 6, 3001, 5500, 1000)]  # Go's span, then ours
+    assert p.go_spans() == [(1, 3000)] and p.runs() == [Run(4, 6, 3001, 5500, 1000)]  # Go's span, then ours
 
     before = real_redis.hgetall(keys.elk.stats)  # type: ignore[union-attr]
     ActiveLayer(real_redis, keys).create_partitions(-10_000, -7_001, 1000)  # lower IDs, by hand: not raised
@@ -127,7 +127,7 @@ def test_the_plan_goes_on_from_go_s_allocation_and_moves_go_s_counters_as_go_doe
     token = p.lead("py-1", 0, 30).token
     made = p.extend(token, 9000, 1000)
     assert made is not None and made.min_id == 7501 and list(made.pids) == [12, 13]
-    assert p.runs()[-2:] == [Run(0, 0, 5501, 7500, 0), Run(12, 13, 7501, 9000, 1000)]
+    assert p.go_spans() == [(1, 3000), (5501, 7500)] and p.runs()[-1] == Run(12, 13, 7501, 9000, 1000)
     report = p.check(token)
     assert report is not None and report.holes == [] and report.overlaps == []  # Go's partitions: in Go's spans
 

@@ -83,6 +83,6 @@ def format_plan(view: LeaderView, namespace: str) -> str:
     width = max(len(label) for label, _ in rows)
     lines = [f"{label:<{width}}  {value}" for label, value in rows]
     for f in view.findings:
-        lines.append(f"{'':<{width}}  {f.get('kind')} ids {f.get('min_id')}..{f.get('max_id')} at partition "
-                     f"{f.get('partition_id')}: {f.get('detail')}")  # fmt: skip
+        ids = "ids not listed" if f.get("min_id") is None else f"ids {f.get('min_id')}..{f.get('max_id')}"
+        lines.append(f"{'':<{width}}  {f.get('kind')}, {ids}, at partition {f.get('partition_id')}: {f.get('detail')}")
     return "\n".join(lines)

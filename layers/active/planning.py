@@ -13,11 +13,11 @@ is known (`KeySchema.elk_namespace`), the lease stands aside while Go's own lead
 **The plan** (`KeySchema.plan`): the IDs planned so far are ``first_id .. next_id - 1``, contiguous.
 A run of partitions is created from the plan's next start (``plan.lua``), and only if the next start
 is still the one read, in the step that moves it past the run: the runs never overlap and never
-leave a hole, whoever leads and however often the leader changes or crashes. Each run is listed
-(`KeySchema.plan_runs`, `Run`) so a fixed plan can be told apart from a different one and the check
-knows what each planned partition should hold. In a bound namespace, IDs Go's leader allocated
-(its ``last_allocated_id``) are taken as planned by Go (a span, `Run.adopted`), and each run moves
-Go's counters as Go's creation does.
+leave a hole, whoever leads and however often the leader changes or crashes. The latest runs are listed
+(`KeySchema.plan_runs`, `Run`; `RUNS_KEPT` of them, the pids of older ones folded into intervals) so a
+fixed plan can be told apart from a different one and the check knows what each planned partition
+should hold. In a bound namespace, IDs Go's leader allocated (its ``last_allocated_id``) are taken as
+planned by Go (`KeySchema.plan_go_spans`), and each run moves Go's counters as Go's creation does.
 
 **The check**: the leader walks the partition ids created since it last looked, a page at a time,
 and checks each planned partition against the plan: still active with its planned range, or
@@ -50,6 +50,10 @@ from layers.plumbing.steps import Awaited, Batch, Blocking, Steps, one, operatio
 #: Partition ids the check reads in one round trip, and at most in one call.
 CHECK_PAGE = 1000
 CHECK_PIDS_PER_CALL = 20_000
+#: The plan's runs kept listed (a run each allocation that does not go on from the last: one every
+#: interval for a planner whose ranges end in a short partition); older ones are folded (their pids kept
+#: as intervals), so the list, and what the check reads each turn, stays bounded (~50 bytes a run).
+RUNS_KEPT = 2000
 
 
 class Lead(NamedTuple):
@@ -65,8 +69,7 @@ class Lead(NamedTuple):
 
 class Run(NamedTuple):
     """One entry of the plan's runs: pids ``first_pid .. last_pid`` hold IDs ``min_id .. max_id`` in
-    partitions of ``size`` IDs (the last one shorter when the span ends there). An adopted span
-    (pids 0, size 0) is IDs elk_coordinator's leader planned before a partarchive leader led."""
+    partitions of ``size`` IDs (the last one shorter when the span ends there)."""
 
     first_pid: int
     last_pid: int
@@ -83,13 +86,9 @@ class Run(NamedTuple):
         return cls(first, last, lo, hi, size)
 
     @property
-    def adopted(self) -> bool:
-        return self.size == 0
-
-    @property
     def regular(self) -> bool:
         """Every partition of the run is whole (a run after it in its size goes on its pattern)."""
-        return not self.adopted and (self.max_id - self.min_id + 1) % self.size == 0
+        return (self.max_id - self.min_id + 1) % self.size == 0
 
     def partition(self, pid: int) -> tuple[int, int]:
         """The IDs planned for ``pid`` (one of the run's)."""
@@ -101,6 +100,15 @@ class Run(NamedTuple):
         k = (id_ - self.min_id) // self.size
         lo = self.min_id + k * self.size
         return self.first_pid + k, lo, min(lo + self.size - 1, self.max_id)
+
+
+def _span(raw: Any) -> tuple[int, int]:
+    """An entry of `KeySchema.plan_go_spans`: ``min_id,max_id``."""
+    try:
+        lo, hi = (int(part) for part in as_text(raw).split(","))
+    except ValueError:
+        raise DecodeError(f"a plan's Go span is not min_id,max_id: {raw!r}") from None
+    return lo, hi
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +124,7 @@ class PlanState:
     seen_pid: int = 0  # the check has looked at every partition created up to this pid
     sweep_pid: int = 0  # where the check's walk over every partition is
     passes: int = 0  # walks over every partition ended
+    folded: tuple[tuple[int, int], ...] = ()  # the pids of runs no longer listed, as intervals
     checked_at: int = 0
     failed_final: int = 0  # partitions failed for good (after their last attempt), when the check last looked
     go_last_id: int | None = None  # Go's last_allocated_id, read as Go's leader would mean it (bound only)
@@ -152,8 +161,8 @@ class Finding(NamedTuple):
     """A hole or an overlap the check found: the IDs, and the partition it found it at."""
 
     kind: str  # 'hole' | 'overlap'
-    min_id: int
-    max_id: int
+    min_id: int | None  # None: IDs of a run no longer listed
+    max_id: int | None
     partition_id: int
     detail: str
 
@@ -231,9 +240,13 @@ class Planning:
         got = yield batch
         return plan_state_from(k, got[0], got[1], got[2] if k.elk is not None else None)
 
-    def _runs(self, start: int = 0) -> Steps[list[Run]]:
-        """The plan's runs from the ``start``-th on, in order (of their IDs and of their pids)."""
-        return [Run.parse(raw) for raw in (yield one().lrange(self.keys.plan_runs, start, -1))]
+    def _runs(self) -> Steps[list[Run]]:
+        """The plan's runs still listed, in order (of their IDs and of their pids)."""
+        return [Run.parse(raw) for raw in (yield one().lrange(self.keys.plan_runs, 0, -1))]
+
+    def _go_spans(self) -> Steps[list[tuple[int, int]]]:
+        """The IDs elk_coordinator's leader planned between the plan's runs, in order."""
+        return [_span(raw) for raw in (yield one().lrange(self.keys.plan_go_spans, 0, -1))]
 
     def _extend(
         self, token: int, max_id: int, size: int, *, first_id: int = 1, options: dict[str, Any] | None = None
@@ -273,11 +286,11 @@ class Planning:
         prev = Run.parse(state.read_run) if state.read_run else None
         merge = prev is not None and adopted is None and prev.regular and prev.size == size and prev.max_id + 1 == start
         go_keys = [k.elk.stats, *k.go_leader_lock] if k.elk is not None else []
-        keys = [k.active, k.pending, k.meta, k.plan, k.plan_runs, k.leader_lock, *go_keys]
+        keys = [k.active, k.pending, k.meta, k.plan, k.plan_runs, k.plan_go_spans, k.leader_lock, *go_keys]
         args = [
             token, sdk.record_format, now, options_json, MAX_PARTITION_ID, state.read_next, last + 1,
             first_id, state.read_run, "merge" if merge else "", size,
-            state.read_go, "" if adopted is None else f"{adopted[0]},{adopted[1]}", bounds,
+            state.read_go, "" if adopted is None else f"{adopted[0]},{adopted[1]}", RUNS_KEPT, bounds,
         ]  # fmt: skip
         got = yield from sdk._run("plan", keys, args)
         refused = script_error(got, unchanged="nothing was created")
@@ -316,7 +329,8 @@ class Planning:
             raise ValidationError(f"ids {start}..{first - 1} would be left unplanned (the plan goes on from {start})")
         if first < start:  # some are planned: in the same partitions?
             runs = yield from self._runs()
-            differs = _differs(runs, first, last, size, min(last, start - 1))
+            spans = yield from self._go_spans()
+            differs = _differs(runs, spans, first, last, size, min(last, start - 1))
             if differs is not None:
                 raise ValidationError(f"ids {first}..{last} overlap partitions planned differently ({differs})")
         return start if last >= start else None
@@ -361,26 +375,16 @@ class Planning:
         reads = Batch()
         reads.hget(k.meta, "last_pid")
         reads.lrange(k.plan_runs, 0, -1)
+        reads.lrange(k.plan_go_spans, 0, -1)
         if k.elk is not None:
             reads.hget(k.elk.stats, "max_partition_id")
         got = yield reads
-        top = max(_int_or_zero(got[0]), _int_or_zero(got[2]) if k.elk is not None else 0)
-        runs = [Run.parse(raw) for raw in got[1]]
+        top = max(_int_or_zero(got[0]), _int_or_zero(got[3]) if k.elk is not None else 0)
+        plan = _Plan(state, [Run.parse(raw) for raw in got[1]], [_span(raw) for raw in got[2]])
         fresh = range(state.seen_pid + 1, min(top, state.seen_pid + limit) + 1)
         sweep_from = state.sweep_pid + 1 if state.sweep_pid < top else 1
         sweep = range(sweep_from, min(top, sweep_from + limit - 1) + 1)
-        ended = bool(sweep) and sweep.stop - 1 >= top
-        holes: dict[str, Finding] = {}
-        overlaps: dict[str, Finding] = {}
-        for prev, run in itertools.pairwise(runs):  # the runs tile the planned IDs (plan.lua's promise)
-            if run.min_id > prev.max_id + 1:
-                holes[f"run:{run.first_pid}"] = Finding("hole", prev.max_id + 1, run.min_id - 1, run.first_pid,
-                                                        "the plan's runs do not follow on")  # fmt: skip
-            elif run.min_id <= prev.max_id:
-                overlaps[f"run:{run.first_pid}"] = Finding("overlap", run.min_id, prev.max_id, run.first_pid,
-                                                           "the plan's runs do not follow on")  # fmt: skip
-        owned = [run for run in runs if not run.adopted]
-        firsts = [run.first_pid for run in owned]
+        holes, overlaps = plan.tiling()
         pids = sorted(set(fresh) | set(sweep))
         for start in range(0, len(pids), CHECK_PAGE):
             page = pids[start : start + CHECK_PAGE]
@@ -393,19 +397,9 @@ class Planning:
             replies = yield batch
             go_archived = replies[3] if k.elk is not None else [None] * len(page)
             for i, pid in enumerate(page):
-                at = bisect.bisect_right(firsts, pid) - 1
-                planned = owned[at] if at >= 0 and owned[at].last_pid >= pid else None
-                raw = replies[0][i]
-                if planned is not None:
-                    completed = bool(replies[1][i] or replies[2][i] or go_archived[i])
-                    for finding in _check_planned(pid, planned, raw, completed):
-                        (holes if finding.kind == "hole" else overlaps)[str(pid)] = finding
-                elif raw is not None:  # created outside the plan: over planned IDs?
-                    ids = _ids_of(raw)
-                    met = None if ids is None else _planned_over(runs, ids[0], ids[1])
-                    if ids is not None and met is not None:
-                        overlaps[str(pid)] = Finding("overlap", max(ids[0], met[1]), min(ids[1], state.next_id - 1),
-                                                     pid, f"created outside the plan over planned partition {met[0]}")
+                completed = bool(replies[1][i] or replies[2][i] or go_archived[i])
+                for finding in plan.check(pid, replies[0][i], completed):
+                    (holes if finding.kind == "hole" else overlaps)[str(pid)] = finding
         counts = yield from sdk._counts()
         waiting = yield one().zcard(k.retries)
         failed_final = max(0, counts["failed"] - int(waiting))
@@ -413,6 +407,7 @@ class Planning:
         entries: list[Any] = []
         for field_name, finding in [*holes.items(), *overlaps.items()]:
             entries += [finding.kind, field_name, orjson.dumps(finding.to_dict()).decode()]
+        ended = bool(sweep) and sweep.stop - 1 >= top
         got = yield from sdk._run(
             "plan_check",
             [k.plan, k.plan_holes, k.plan_overlaps, k.leader_lock, *k.go_leader_lock],
@@ -429,6 +424,7 @@ class Planning:
     resign = operation(_resign)
     state = operation(_state)
     runs = operation(_runs)
+    go_spans = operation(_go_spans)
     extend = operation(_extend)
     planned_already = operation(_planned_already)
     plan_range = operation(_plan_range)
@@ -545,6 +541,7 @@ def plan_state_from(k: KeySchema, raw: Any, last_run: Any, go_last: Any) -> Plan
         seen_pid=number("seen_pid"),
         sweep_pid=number("sweep_pid"),
         passes=number("passes"),
+        folded=_intervals(k, fields.get("folded", "")),
         checked_at=number("checked_at"),
         failed_final=number("failed_final"),
         go_last_id=None if go_text == fields.get("go_last_allocated") else _go_id(go_text),
@@ -554,6 +551,14 @@ def plan_state_from(k: KeySchema, raw: Any, last_run: Any, go_last: Any) -> Plan
         read_seen=fields.get("seen_pid", ""),
         read_sweep=fields.get("sweep_pid", ""),
     )
+
+
+def _intervals(k: KeySchema, text: str) -> tuple[tuple[int, int], ...]:
+    """``lo-hi,lo-hi`` as intervals."""
+    try:
+        return tuple((int(a), int(b)) for a, b in (part.split("-") for part in text.split(",") if part))
+    except ValueError:
+        raise CorruptMetadata(f"{k.plan} field folded is not pid intervals: {text[:40]!r}") from None
 
 
 def lead_from(raw: Any, left_ms: Any) -> Lead | None:
@@ -609,6 +614,71 @@ def _ids_of(raw: Any) -> tuple[int, int] | None:
     return part.min_id, part.max_id
 
 
+class _Plan:
+    """The plan as the check reads it: the runs still listed, Go's spans, the pids of the folded runs."""
+
+    def __init__(self, state: PlanState, runs: list[Run], spans: list[tuple[int, int]]) -> None:
+        assert state.first_id is not None and state.next_id is not None
+        self.first_id, self.next_id = state.first_id, state.next_id
+        self.runs = runs
+        self.spans = spans
+        self.folded = state.folded
+        self._firsts = [run.first_pid for run in runs]
+        self._run_ends = [run.max_id for run in runs]
+        self._span_ends = [hi for _, hi in spans]
+
+    def tiling(self) -> tuple[dict[str, Finding], dict[str, Finding]]:
+        """The runs listed and Go's spans after them follow on, up to the plan's next start (plan.lua's promise)."""
+        if not self.runs:
+            return {}, {}
+        pieces = sorted([(r.min_id, r.max_id, f"run:{r.first_pid}", r.first_pid) for r in self.runs]
+                        + [(lo, hi, f"go:{lo}", 0) for lo, hi in self.spans if lo > self.runs[0].min_id])  # fmt: skip
+        pieces.append((self.next_id, self.next_id, "next", 0))
+        holes: dict[str, Finding] = {}
+        overlaps: dict[str, Finding] = {}
+        for (_, a_hi, _, _), (b_lo, _, name, pid) in itertools.pairwise(pieces):
+            why = "the plan's runs do not follow on"
+            if b_lo > a_hi + 1:
+                holes[name] = Finding("hole", a_hi + 1, b_lo - 1, pid, why)
+            elif b_lo <= a_hi:
+                overlaps[name] = Finding("overlap", b_lo, a_hi, pid, why)
+        return holes, overlaps
+
+    def check(self, pid: int, raw: Any, completed: bool) -> list[Finding]:
+        """A partition against the plan: the hole and the overlap found at it, if any."""
+        at = bisect.bisect_right(self._firsts, pid) - 1
+        if at >= 0 and self.runs[at].last_pid >= pid:
+            return _check_planned(pid, self.runs[at], raw, completed)
+        if any(lo <= pid <= hi for lo, hi in self.folded):  # planned before the runs listed: its IDs unknown here
+            if raw is None and not completed:
+                return [Finding("hole", None, None, pid, "neither active nor completed: nobody processes it")]
+            return []
+        if raw is None:  # created outside the plan and gone: not the plan's
+            return []
+        ids = _ids_of(raw)
+        met = None if ids is None else self.planned_over(ids[0], ids[1])
+        if ids is None or met is None:
+            return []
+        lo, hi, owner = met
+        where = f"planned partition {owner}" if owner else "IDs planned before the runs listed"
+        return [Finding("overlap", lo, hi, pid, f"created outside the plan over {where}")]
+
+    def planned_over(self, lo: int, hi: int) -> tuple[int, int, int] | None:
+        """The first stretch of IDs ``lo .. hi`` that the plan holds (not Go's spans), and the planned
+        partition holding its first ID (0: one folded); None when they meet none."""
+        lo, hi = max(lo, self.first_id), min(hi, self.next_id - 1)
+        while lo <= hi:
+            at = bisect.bisect_right(self._span_ends, lo - 1)
+            if at < len(self.spans) and self.spans[at][0] <= lo:  # in Go's span: go on after it
+                lo = self.spans[at][1] + 1
+                continue
+            end = min(hi, self.spans[at][0] - 1) if at < len(self.spans) else hi
+            found = bisect.bisect_right(self._run_ends, lo - 1)
+            owner = self.runs[found].holding(lo)[0] if found < len(self.runs) and self.runs[found].min_id <= lo else 0
+            return lo, end, owner
+        return None
+
+
 def _check_planned(pid: int, run: Run, raw: Any, completed: bool) -> list[Finding]:
     """A planned partition against its plan: the hole and the overlap found at it, if any."""
     lo, hi = run.partition(pid)
@@ -628,27 +698,21 @@ def _check_planned(pid: int, run: Run, raw: Any, completed: bool) -> list[Findin
     return found
 
 
-def _planned_over(runs: list[Run], lo: int, hi: int) -> tuple[int, int, int] | None:
-    """The first planned partition (pid, IDs) that IDs ``lo .. hi`` meet, or None (an adopted span is
-    Go's leader's, not met)."""
-    at = bisect.bisect_right([run.max_id for run in runs], lo - 1)
-    for run in runs[at:]:
-        if run.min_id > hi:
-            return None
-        if not run.adopted:
-            return run.holding(max(lo, run.min_id))
-    return None
-
-
-def _differs(runs: list[Run], first: int, last: int, size: int, upto: int) -> str | None:
+def _differs(
+    runs: list[Run], spans: list[tuple[int, int]], first: int, last: int, size: int, upto: int
+) -> str | None:
     """Where the partitions of a fixed plan (IDs ``first .. last`` in partitions of ``size``) differ from
     the planned ones over IDs ``first .. upto`` (planned already), or None where they are the same."""
+    for lo, hi in spans:
+        if lo <= upto and hi >= first:
+            return f"ids {max(lo, first)}..{min(hi, upto)} were planned by elk_coordinator's leader"
+    if not runs or first < runs[0].min_id:
+        listed = f"from {runs[0].min_id} on" if runs else "no more"
+        return f"the runs before the {RUNS_KEPT:,} latest are folded: their partitions are listed {listed}"
     at = bisect.bisect_right([run.max_id for run in runs], first - 1)
     for run in runs[at:]:
         if run.min_id > upto:
             break
-        if run.adopted:
-            return f"ids {run.min_id}..{run.max_id} were planned by elk_coordinator's leader"
         lo, hi = max(first, run.min_id), min(upto, run.max_id)
         for id_ in (lo, hi):  # the partitions that hold each end of the span, planned and asked for
             pid, p_lo, p_hi = run.holding(id_)
