@@ -41,7 +41,7 @@ import orjson
 from codec import DecodeError, ValidationError
 from codec.elk import parse_active
 from codec.validate import MAX_INT64, MAX_PARTITION_ID, MIN_INT64, check_int, check_worker_id
-from layers.active.leader import MAX_PARTITIONS_PER_CALL
+from layers.active.leader import MAX_PARTITIONS_PER_CALL, creation_refused
 from layers.errors import CorruptMetadata, NotLeader, PlanChanged
 from layers.keys import KeySchema
 from layers.plumbing.replies import as_text, script_error
@@ -730,8 +730,6 @@ def _raise_refusal(code: str, detail: str) -> None:
         raise NotLeader(f"this process no longer leads (now: {detail}); nothing was written")
     if code == "moved":
         raise PlanChanged(f"the plan moved on since it was read (now: {detail or 'none'}); nothing was written")
-    if code == "pid_range":
-        raise ValidationError(f"partition ids would reach {detail}, past 2^32 - 1")
-    if code == "exists":
-        raise ValidationError(f"partition {detail} already exists; is the id counter behind?")
+    if code in ("pid_range", "exists"):
+        raise creation_refused(code, detail)
     raise ValidationError(f"the plan refused: {code} {detail}")
