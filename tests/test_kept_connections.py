@@ -43,7 +43,9 @@ def test_tasks_calls_go_together_on_one_connection(real_redis: redis.Redis, name
 
     claimed, writes = asyncio.run(main())
     assert claimed == list(range(1, 41))  # each claimed once
-    assert writes <= 5, writes  # 40 calls (and a library load), a few writes
+    # 40 calls (and a library load) in a few writes, as many as the server's replies came back in
+    # while calls were waiting (5 on a quiet machine, 6 seen under load): far from one a call
+    assert writes <= 10, writes
 
 
 def test_an_error_reply_fails_its_call_alone(real_redis: redis.Redis) -> None:
