@@ -152,7 +152,7 @@ def test_runs_follow_on_and_merge(engine: redis.Redis, namespace: str) -> None:
 def test_a_fixed_plan_is_created_once_in_calls(
     engine: redis.Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(planning_module, "MAX_PARTITIONS_PER_CALL", 7)
+    monkeypatch.setattr(planning_module, "PLAN_CALL_PARTITIONS", 7)
     p = plans(engine, namespace)
     token = p.lead("plan", 0, 30).token
     made = p.plan_range("plan", token, 1, 99, 3, lease_s=30)

@@ -4,9 +4,9 @@ with ``--first A --last B --size S``, a fixed plan for a job whose range is know
 A fixed plan is written as the leader writes its runs (`layers.active.planning`): the command takes the
 lease for the time of its calls (so it is refused, in one line, while a worker runtime leads the
 namespace, or elk_coordinator's leader holds its lock), creates what is not planned yet in calls of at
-most a million partitions, each atomic, and gives the lease back. Run twice, it creates nothing the
-second time; a range that would leave a hole, starts before the plan, or overlaps partitions planned in
-other sizes is refused before anything is written (exit 2).
+most 100,000 partitions (`layers.active.planning.PLAN_CALL_PARTITIONS`), each atomic, and gives the
+lease back. Run twice, it creates nothing the second time; a range that would leave a hole, starts before
+the plan, or overlaps partitions planned in other sizes is refused before anything is written (exit 2).
 """
 
 from __future__ import annotations

@@ -50,6 +50,10 @@ from layers.plumbing.steps import Awaited, Batch, Blocking, Steps, one, operatio
 #: Partition ids the check reads in one round trip, and at most in one call.
 CHECK_PAGE = 1000
 CHECK_PIDS_PER_CALL = 20_000
+#: Partitions a step of the plan creates at most: a tenth of what `create_partitions` takes in one call
+#: (`MAX_PARTITIONS_PER_CALL`), so that a fixed plan of millions holds Redis under a second a call,
+#: not several seconds (past a server's busy-script limit, 5 s, every other client is refused meanwhile).
+PLAN_CALL_PARTITIONS = MAX_PARTITIONS_PER_CALL // 10
 #: The plan's runs kept listed (a run each allocation that does not go on from the last: one every
 #: interval for a planner whose ranges end in a short partition); older ones are folded (their pids kept
 #: as intervals), so the list, and what the check reads each turn, stays bounded (~50 bytes a run).
@@ -252,7 +256,7 @@ class Planning:
         self, token: int, max_id: int, size: int, *, first_id: int = 1, options: dict[str, Any] | None = None
     ) -> Steps[Created | None]:
         """Create the plan's next run, from its next start (``first_id`` when nothing is planned) up to
-        ``max_id`` in partitions of ``size`` IDs, cut at `MAX_PARTITIONS_PER_CALL` partitions; None
+        ``max_id`` in partitions of ``size`` IDs, cut at `PLAN_CALL_PARTITIONS` partitions; None
         when there is nothing up to ``max_id``. Raises `NotLeader` when ``token`` no longer leads,
         `PlanChanged` when the plan moved on since it was read."""
         check_int("max_id", max_id, MIN_INT64, MAX_INT64)
@@ -262,7 +266,7 @@ class Planning:
         start, adopted = state.start(first_id)
         if start > MAX_INT64 or max_id < start:
             return None
-        last = min(max_id, start + MAX_PARTITIONS_PER_CALL * size - 1)
+        last = min(max_id, start + PLAN_CALL_PARTITIONS * size - 1)
         return (yield from self._create(token, state, start, last, size, adopted, first_id, options))
 
     def _create(
@@ -339,7 +343,7 @@ class Planning:
         self, holder: str, token: int, first: int, last: int, size: int, *, lease_s: float
     ) -> Steps[list[Created]]:
         """The fixed plan of ``partarchive plan``: IDs ``first .. last`` in partitions of ``size``, those
-        not planned yet created in calls of at most `MAX_PARTITIONS_PER_CALL` partitions, each one
+        not planned yet created in calls of at most `PLAN_CALL_PARTITIONS` partitions, each one
         atomic, by ``holder`` with the lease of ``token`` (renewed between calls, for ``lease_s``); run
         twice, created once. Raises as `_planned_already`, `NotLeader` and `PlanChanged`."""
         made: list[Created] = []
@@ -351,7 +355,7 @@ class Planning:
             at, adopted = state.start(first)
             if at != start:
                 raise PlanChanged(f"the plan goes on from {at} now, not {start}; nothing more was created")
-            upto = min(last, start + MAX_PARTITIONS_PER_CALL * size - 1)
+            upto = min(last, start + PLAN_CALL_PARTITIONS * size - 1)
             made.append((yield from self._create(token, state, start, upto, size, adopted, first)))
             start = upto + 1
         return made
