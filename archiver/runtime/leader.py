@@ -137,10 +137,9 @@ class LeaderDuty:
             except NotLeader as exc:
                 self._stand_down("a write was refused", str(exc))
                 return 0.05
-            except PlanChanged as exc:
-                log.warning("the plan moved on under the leader; planning again", namespace=self.namespace,
-                            error=str(exc))  # fmt: skip
-                self._next_plan = 0.0
+            except PlanChanged as exc:  # written meanwhile by another writer (none should be while it leads)
+                log.warning("leader: the plan moved on as it planned; it plans again at the next interval",
+                            namespace=self.namespace, error=str(exc))  # fmt: skip
             except TROUBLE as exc:
                 self._troubled("plan", exc)
             else:
