@@ -20,6 +20,7 @@ import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client import REGISTRY
 
 from archiver.runtime import LeaderSettings, RetryPolicy
 from archiver.status import collect_status
@@ -395,6 +396,9 @@ def test_the_leader_keeps_the_source_planned_as_it_grows(engine: redis.Redis, na
         wait_for(lambda: sum(hi - lo + 1 for lo, hi in seen) >= source.top, 30, "every ID processed")
         leaders = [run.worker.leader for run in runs]
         assert sum(duty.leads for duty in leaders) == 1
+        labels = {"namespace": namespace}
+        assert REGISTRY.get_sample_value("partarchive_runtime_leader", labels) == 1
+        assert (REGISTRY.get_sample_value("partarchive_runtime_planned_partitions_total", labels) or 0) > 0
     finally:
         for run in runs:
             run.stop()
