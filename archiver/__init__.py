@@ -12,13 +12,14 @@ if TYPE_CHECKING:
     from archiver.config import Config
     from archiver.daemon.loop import ArchiverDaemon
     from archiver.router import Answer, AsyncQueryRouter, QueryRouter, Source
-    from archiver.runtime import AsyncWorker, Lease, RetryPolicy, Worker
+    from archiver.runtime import AsyncWorker, LeaderSettings, Lease, RetryPolicy, Worker
 
 _HOMES = {
     "Answer": "archiver.router",
     "ArchiverDaemon": "archiver.daemon.loop",
     "AsyncQueryRouter": "archiver.router",
     "AsyncWorker": "archiver.runtime",
+    "LeaderSettings": "archiver.runtime",
     "Lease": "archiver.runtime",
     "RetryPolicy": "archiver.runtime",
     "Worker": "archiver.runtime",
@@ -33,6 +34,7 @@ __all__ = [
     "AsyncQueryRouter",
     "AsyncWorker",
     "Config",
+    "LeaderSettings",
     "Lease",
     "QueryRouter",
     "RetryPolicy",

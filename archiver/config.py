@@ -16,6 +16,7 @@ from layers.keys import check_namespace
 from stats import DEFAULT_RANGE_WIDTH
 
 if TYPE_CHECKING:
+    from archiver.runtime.leader import LeaderSettings
     from archiver.runtime.settings import WorkerSettings
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -37,6 +38,7 @@ class Config:
     sentinel_retry_s: float = 60.0
     redis_pool_connections: int = DEFAULT_POOL_CONNECTIONS
     elk_prefix: str | None = None
+    elk_namespace: str | None = None
     record_format: str | None = None
     adopt_elk: bool = False
     adopt_interval_s: float = 5.0
@@ -74,6 +76,10 @@ class Config:
     worker_backoff_max_s: float = 300.0
     worker_breaker_failures: int = 3
     worker_breaker_cooldown_s: float = 30.0
+    leader_lease_s: float = 30.0
+    allocation_interval_s: float = 30.0
+    partition_multiple: int = 5
+    max_pending: int = 1000
     cold_store: str | None = field(default=None, repr=False)  # may carry a password (`codec.redact`)
     cold_file_batches: int = 1024
     cold_gather_s: float = 300.0
@@ -81,7 +87,7 @@ class Config:
     @property
     def keys(self) -> KeySchema:
         """The namespace's key schema (bound to an elk_coordinator KeyPrefix when configured)."""
-        return KeySchema(self.namespace, self.cluster, self.elk_prefix)
+        return KeySchema(self.namespace, self.cluster, self.elk_prefix, self.elk_namespace)
 
     @property
     def policy(self) -> TierPolicy:
@@ -126,6 +132,15 @@ class Config:
             "breaker_cooldown_s": self.worker_breaker_cooldown_s,
         }
         return WorkerSettings(**(values | given), retry=retry)
+
+    def leader_settings(self, **overrides: Any) -> LeaderSettings:
+        """The worker runtime leader's settings (`archiver.runtime.leader`), flags in ``overrides`` (None:
+        not given) over these; checked there."""
+        from archiver.runtime.leader import LeaderSettings
+
+        values = {"lease_s": self.leader_lease_s, "interval_s": self.allocation_interval_s,
+                  "multiple": self.partition_multiple, "max_pending": self.max_pending}  # fmt: skip
+        return LeaderSettings(**(values | {name: value for name, value in overrides.items() if value is not None}))
 
     @property
     def sentinels(self) -> list[tuple[str, int]]:

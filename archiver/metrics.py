@@ -175,6 +175,18 @@ class LayerStateCollector(Collector):
             "Failed partitions a retry policy sends back to pending once their back-off is over.",
             snap.retries_waiting,
         )
+        lv = snap.leader
+        for name, text, value in (
+            ("leader_token", "The fencing token of the leader's lease (0: nobody leads; it grows at each change).",
+             lv.lead.token if lv.lead is not None else 0),
+            ("plan_partitions", "Partitions the leader's plan (and partarchive plan) created.", lv.plan.partitions),
+            ("plan_holes", "Planned partitions the leader's check found neither active nor completed, or short.",
+             lv.holes),
+            ("plan_overlaps", "Partitions the leader's check found over IDs planned for others.", lv.overlaps),
+            ("failed_for_good", "Failed partitions past their retry policy's last attempt, as the leader counted them.",
+             lv.plan.failed_final),
+        ):  # fmt: skip
+            yield gauge(f"partarchive_{name}", text, value)
         yield gauge(
             "partarchive_stats_check_ok",
             "Result of the last statistics consistency check (1 ok, 0 failed, -1 never run).",

@@ -22,6 +22,7 @@ import redis
 from codec import PartArchiveError
 from codec.redact import redact_text
 from layers import KeySchema, Tier, TierPolicy
+from layers.active.planning import LEADER_READS, LeaderView, leader_reads, leader_view_from
 from layers.active.presence import WorkerPresence, presence_from
 from layers.active.reads import COUNTED, counts_from, queue_counts
 from layers.archive.cold import COLD_FIELDS
@@ -85,6 +86,7 @@ class NamespaceSnapshot:
     archivers: list[ArchiverHealth]  # those alive
     workers: list[WorkerPresence]  # worker runtime processes alive (`layers.active.presence`)
     retries_waiting: int  # failed partitions a retry policy sends back to pending after their back-off
+    leader: LeaderView  # who leads, the plan and what the leader's check found (`layers.active.planning`)
     stats_check_ok: int  # 1 ok, 0 failed, -1 never run
     stats_check_at: int
     complete_latency: dict[str, Any]  # `KeySchema.complete_latency` as read
@@ -114,6 +116,7 @@ class NamespaceSnapshot:
             "archival": self.archival.to_dict(),
             "archivers_alive": len(self.archivers),
             "workers": self.workers_dict(),
+            "leader": self.leader.to_dict(),
         }
 
     def workers_dict(self) -> dict[str, Any]:
@@ -176,6 +179,7 @@ class SnapshotReader:
         pipe.hgetall(k.presence)
         pipe.zcard(k.retries)
         pipe.hlen(k.cold_files)
+        leader_reads(pipe, k)
         if not clustered:
             pipe.time()
         mine = len(pipe)
@@ -197,6 +201,7 @@ class SnapshotReader:
         k = self.keys
         size, unreadable, length, pending, dead, raw_meta, simple, open_batches, oldest, check, latency, *rest = replies
         pressure, unsealed, paused, held, released, samples, health, presence, retrying, cold_files = rest[:10]
+        leader = leader_view_from(k, rest[10 : 10 + LEADER_READS])
         now = time.time()
         meta = dict(zip(META_FIELDS, raw_meta, strict=True))
         total = stored_int(k.archive_meta, "total", meta["total"], default=0)
@@ -226,6 +231,7 @@ class SnapshotReader:
             archivers=archivers_from(health, server_now),
             workers=presence_from(presence, server_now),
             retries_waiting=int(retrying),
+            leader=leader,
             stats_check_ok=stored_int(k.stats_meta, "last_check_ok", check[0], default=-1, minimum=-1),
             stats_check_at=stored_int(k.stats_meta, "last_check_at", check[1], default=0),
             complete_latency={as_text(a): b for a, b in latency.items()},

@@ -54,3 +54,14 @@ class ColdStoreUnavailable(PartArchiveError):
 class ColdFileDamaged(DecodeError):
     """A cold file the archive records is missing or cannot be read as one of ours: its partitions
     are answered from the statistics."""
+
+
+class NotLeader(PartArchiveError):
+    """A leader's write carried the fencing token of a lease that is no longer the namespace's (it
+    ended, another holder leads since, or elk_coordinator's own leader holds its lock): nothing was
+    written (`layers.active.planning`)."""
+
+
+class PlanChanged(PartArchiveError):
+    """The plan moved on between its read and a write built on it (another writer planned meanwhile):
+    nothing was written; read the plan again."""

@@ -95,7 +95,14 @@ class ElkKeys:
         return f"{self.base}workers"
 
     def heartbeat(self, worker_id: str) -> str:
+        """String: a live worker's registration time (RFC 3339, seconds), expiring 180 s after its last
+        refresh; Go's leader counts the workers whose key exists."""
         return f"{self.base}heartbeat:{worker_id}"
+
+    def leader_lock(self, go_namespace: str) -> str:
+        """String: the id of the worker leading Go's namespace (NewMgr's first argument), with a time to
+        live (LeaderLockExpiry); taken with SET NX."""
+        return f"{self.base}{go_namespace}:leader_lock"
 
     @staticmethod
     def prefix_of(active_hash_key: str) -> str | None:
@@ -107,14 +114,27 @@ class ElkKeys:
     SCAN_PATTERN = "elk:*elk_partitions"
 
 
+def check_elk_namespace(name: str) -> str:
+    """Go's namespace (the first argument of ``NewMgr``), which names its leader lock: printable ASCII
+    without spaces, 1 to 128 characters."""
+    if not isinstance(name, str) or not name or not _ELK_PREFIX_RE.match(name):
+        raise ValidationError(f"elk_coordinator's namespace must be 1-128 printable ASCII characters: {name!r}")
+    return name
+
+
 @dataclass(frozen=True, slots=True)
 class KeySchema:
     namespace: str = "elk"
     cluster: bool = False
     elk_prefix: str | None = None
+    #: Go's namespace (NewMgr's first argument) of the deployment bound by ``elk_prefix``: it names Go's
+    #: leader lock, which a partarchive leader of a bound namespace holds too (`go_leader_lock`).
+    elk_namespace: str | None = None
 
     def __post_init__(self) -> None:
         check_namespace(self.namespace)
+        if self.elk_namespace is not None:
+            check_elk_namespace(self.elk_namespace)
         if self.elk_prefix is not None:
             check_elk_prefix(self.elk_prefix)
             if self.cluster and not _HASH_TAG_RE.search(self.elk_prefix):
@@ -273,6 +293,63 @@ class KeySchema:
         """Sorted set worker id -> when its presence entry expires (unix ms): a beat deletes the
         entries of processes that stopped beating (``beat.lua``)."""
         return f"{self._tagged}_runtime:expiry"
+
+    # the leader (`layers.active.planning`)
+    @property
+    def leader_lock(self) -> str:
+        """Hash: the leader's lease (``holder``, its fencing ``token``, ``since`` in unix ms), expiring a
+        lease after its last renewal (``lead.lua``)."""
+        return f"{self._tagged}_leader:lock"
+
+    @property
+    def leader_tokens(self) -> str:
+        """String counter: the last fencing token handed out; each new lease takes the next one, so a
+        leader's writes carry a token no earlier lease had (``_fence.lua``)."""
+        return f"{self._tagged}_leader:tokens"
+
+    @property
+    def go_leader_lock(self) -> list[str]:
+        """Go's leader lock as an optional trailing script key (empty unless bound with Go's namespace)."""
+        elk = self.elk
+        return [] if elk is None or self.elk_namespace is None else [elk.leader_lock(self.elk_namespace)]
+
+    @property
+    def plan(self) -> str:
+        """Hash: the leader's plan: ``first_id`` and ``next_id`` (decimal text: the planned IDs are
+        ``first_id .. next_id - 1``, contiguous), ``partitions`` and ``runs`` created, the last writer's
+        ``token``, Go's ``last_allocated_id`` as the last run left it (``go_last_allocated``, bound only:
+        a change since is Go's leader's), the pids of runs no longer listed (``folded``: ``lo-hi,...``)
+        (``plan.lua``); and where its check is: ``seen_pid`` (the partitions created up to it
+        are checked), ``sweep_pid`` (its walk over every partition), ``passes``, ``checked_at``,
+        ``failed_final`` (``plan_check.lua``)."""
+        return f"{self._tagged}_plan"
+
+    @property
+    def plan_holes(self) -> str:
+        """Hash pid -> JSON (IDs, why) of each planned partition the leader's check found neither active
+        nor completed, or holding less than its plan; ``run:<pid>`` for runs that do not follow on. Kept
+        while it lasts: each check of a pid sets or deletes its entry."""
+        return f"{self._tagged}_plan:holes"
+
+    @property
+    def plan_overlaps(self) -> str:
+        """Hash pid -> JSON of each partition the check found over IDs planned for another one (created
+        outside the plan, or holding more than its plan); as `plan_holes`."""
+        return f"{self._tagged}_plan:overlaps"
+
+    @property
+    def plan_runs(self) -> str:
+        """List: the latest creation calls of the plan (at most `layers.active.planning.RUNS_KEPT`), one
+        entry each, ``first_pid,last_pid,min_id,max_id,size``, in order; a call that goes on from the last
+        entry in its size and pids is merged into it. Older entries are folded: their pids kept as
+        intervals in the plan's ``folded`` field."""
+        return f"{self._tagged}_plan:runs"
+
+    @property
+    def plan_go_spans(self) -> str:
+        """List: ``min_id,max_id`` of each span of IDs elk_coordinator's leader planned between the plan's
+        runs (a bound namespace whose leader was Go's for a while), in order."""
+        return f"{self._tagged}_plan:go"
 
     @property
     def finish_keys(self) -> list[str]:

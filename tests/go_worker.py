@@ -25,6 +25,20 @@ end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 return 1
 """
+_UNREGISTER = """
+local workers = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+for i = 1, #workers, 2 do
+  local ok, decoded = pcall(cjson.decode, workers[i])
+  if ok and decoded.worker_id == ARGV[1] then
+    decoded.stop_time = ARGV[2]
+    redis.call('ZREM', KEYS[1], workers[i])
+    redis.call('ZADD', KEYS[1], workers[i + 1], cjson.encode(decoded))
+    break
+  end
+end
+redis.call('DEL', KEYS[2])
+return 'OK'
+"""
 CHINA = 8 * 3600
 
 
@@ -57,6 +71,24 @@ class GoWorker:
             self.keys.stats, mapping={"max_partition_id": last + count, "last_allocated_id": last_id + count * size}
         )
         return pids
+
+    def try_elect(self, namespace: str, expiry_ms: int = 30_000) -> bool:
+        """The leader's TryElect (leader/election.go): its worker id into ``P NS:leader_lock``, SET NX PX."""
+        return bool(self.redis.set(self.keys.leader_lock(namespace), self.worker_id, nx=True, px=expiry_ms))
+
+    def register(self, offset: int = CHINA) -> bytes:
+        """RegisterWorker (data/redis.go): its WorkerInfo in ``P workers``, its heartbeat key for 3 minutes."""
+        t = now(offset)
+        member = f'{{"worker_id":"{self.worker_id}","register_time":"{t.format()}"}}'.encode()
+        self.redis.zadd(self.keys.workers, {member: t.seconds * 10**9 + t.nanos})
+        self.redis.set(self.keys.heartbeat(self.worker_id), GoTime(t.seconds, 0, offset).format(), ex=180)
+        return member
+
+    def unregister(self, stop_time: str, workers_key: str | None = None) -> None:
+        """UnregisterWorker: its member rewritten with ``stop_time`` by a script (cjson decode, set, encode;
+        the score kept), its heartbeat key deleted; on ``workers_key`` instead of ``P workers`` if given."""
+        self.redis.eval(_UNREGISTER, 2, workers_key or self.keys.workers, self.keys.heartbeat(self.worker_id),
+                        self.worker_id, stop_time)  # fmt: skip
 
     def records(self) -> dict[int, ElkRecord]:
         """GetAllActivePartitions: records Go cannot decode are skipped."""

@@ -55,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--elk-prefix",
         help="bind the namespace to the elk_coordinator deployment with this KeyPrefix ($PARTARCHIVE_ELK_PREFIX)",
     )
+    common.add_argument(
+        "--elk-namespace",
+        metavar="NS",
+        help="with --elk-prefix: the Go deployment's namespace (NewMgr's first argument), whose leader lock "
+        "a leader stands aside for and holds ($PARTARCHIVE_ELK_NAMESPACE)",
+    )
 
     parser = _Parser(prog="partarchive", description="Redis partition archival system")
     parser.add_argument("--version", action="version", version=f"partarchive {installed_version()}")
@@ -99,12 +105,34 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--until-empty", action="store_true", help="stop once nothing is pending or running")
     worker.add_argument("--max-attempts", type=int, metavar="N", help="attempts a partition gets (default 3)")
     worker.add_argument("--retry-backoff", type=float, metavar="S", help="first back-off before a retry (default 1)")
+    worker.add_argument(
+        "--planner",
+        metavar="MODULE:OBJECT",
+        help="lead: create the partitions as the data grows, asking this planner (a class, made with no "
+        "arguments, or an object) its partition_size() and next_max_id(start_id, size)",
+    )
+    worker.add_argument("--leader-lease", type=float, metavar="S", help="the leader's lease, renewed every third (30)")
+    worker.add_argument(
+        "--allocation-interval", type=float, metavar="S", help="how often the leader plans and checks (30)"
+    )
+    worker.add_argument(
+        "--partition-multiple", type=int, metavar="N", help="pending partitions kept ahead per window slot (5)"
+    )
+    worker.add_argument("--max-pending", type=int, metavar="N", help="and never more than N pending (1000)")
     worker.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     worker.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on PORT")
     worker.add_argument("--metrics-host", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)")
 
     workers = sub.add_parser("workers", parents=[common], help="live worker runtime processes: host, pid, in hand")
     workers.add_argument("--json", action="store_true")
+
+    plan = sub.add_parser(
+        "plan", parents=[common], help="a fixed plan: partitions for IDs A..B of S IDs each, once; or show the plan"
+    )
+    plan.add_argument("--first", type=int, metavar="A", help="the first ID")
+    plan.add_argument("--last", type=int, metavar="B", help="the last ID (included)")
+    plan.add_argument("--size", type=int, metavar="S", help="IDs a partition holds")
+    plan.add_argument("--json", action="store_true")
 
     serve = sub.add_parser("serve", parents=[common], help="the query-router HTTP API and /metrics")
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")

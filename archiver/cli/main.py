@@ -40,6 +40,7 @@ COMMANDS = {
     "worker": "worker",
     "workers": "workers",
     "functions": "functions",
+    "plan": "plan",
 }
 
 
@@ -73,6 +74,7 @@ def _config(args: argparse.Namespace) -> Config:
         claim_idle_ms=getattr(args, "claim_idle_ms", None),
         read_count=getattr(args, "read_count", None),
         elk_prefix=args.elk_prefix,
+        elk_namespace=getattr(args, "elk_namespace", None),
         adopt_elk=getattr(args, "adopt_elk", None),
         cold_store=cold_store,
     )

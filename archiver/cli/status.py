@@ -112,6 +112,33 @@ def _workers(w: dict[str, Any]) -> str:
     return text + (f"; {w['retries_waiting']:,} failures wait for a retry" if w["retries_waiting"] else "")
 
 
+def describe_leader(d: dict[str, Any]) -> str:
+    """Who leads (`LeaderView.to_dict`), as ``status``, ``workers`` and ``plan`` say it."""
+    if d["leader"] is None:
+        return "nobody"
+    if not d["token"]:
+        return f"{d['leader']} (Go's lock)"
+    left = d["lease_left_ms"] / 1000
+    return f"{d['leader']} (token {d['token']}, since {_when(d['since_ms'] / 1000)}, lease {left:.1f} s left)"
+
+
+def describe_plan(d: dict[str, Any]) -> str:
+    p = d["plan"]
+    if p["next_id"] is None:
+        return "nothing planned"
+    return f"ids {p['first_id']}..{p['next_id'] - 1} in {p['partitions']:,} partitions, next start {p['next_id']}"
+
+
+def describe_check(d: dict[str, Any]) -> str:
+    """What the leader's check of the plan found, in one line."""
+    p = d["plan"]
+    if not p["checked_at"]:
+        return "not checked yet"
+    found = f"{d['holes']:,} HOLES, {d['overlaps']:,} OVERLAPS" if d["holes"] or d["overlaps"] else "no hole or overlap"
+    failed = f"; {p['failed_final']:,} failed for good" if p["failed_final"] else ""
+    return f"{found} (partitions up to {p['seen_pid']:,} checked, last at {_when(p['checked_at'])}){failed}"
+
+
 def format_status(report: dict[str, Any]) -> str:
     a, ar, q = report["active"], report["archive"], report["queue"]
     by_status = ", ".join(f"{k} {v}" for k, v in a["by_status"].items())
@@ -138,6 +165,10 @@ def format_status(report: dict[str, Any]) -> str:
         ("archival", _archival(report["archival"])),
         ("archivers alive", report["archivers_alive"]),
         ("workers alive", _workers(report["workers"])),
+        ("leader", describe_leader(report["leader"])),
+        ("plan", describe_plan(report["leader"])),
+        *([("plan check", describe_check(report["leader"]))] if report["leader"]["plan"]["next_id"] is not None
+          else []),
         ("dead letters", q["dead_letters"]),
         ("redis used_memory", f"{report['redis']['used_memory_human']} ({report['redis']['used_memory']:,} B)"),
         ("redis node", describe_node(report["redis"])),

@@ -5,6 +5,10 @@ The function is imported from the current directory (as ``python -m`` would find
 a module that does not import, a name that is not there or not callable, a window below 1, a time
 that is not positive, is one line and exit 2, before anything is connected or written. A coroutine
 function runs on asyncio (`AsyncWorker`, one task per slot), any other on threads (`Worker`).
+
+``--planner MODULE:OBJECT`` makes each process a candidate leader (`archiver.runtime.leader`): OBJECT is
+a class, made with no arguments in each process, or an object (an instance) with ``partition_size()``
+and ``next_max_id(start_id, size)``; it is loaded and checked as the function is.
 """
 
 from __future__ import annotations
@@ -39,18 +43,63 @@ def command(args: argparse.Namespace, config: Config) -> int:
     except ValidationError as exc:
         raise CliError(_flag_named(str(exc))) from None
     process = load_function(args.function)
+    planner, leader = _leader(args, config)
     if args.metrics_port is not None:
         check_port(args.metrics_port)
     if args.processes > 1:
         return _supervise(args, config)
-    return _run(args, config, settings, process)
+    return _run(args, config, settings, process, planner, leader)
+
+
+def _leader(args: argparse.Namespace, config: Config) -> tuple[Any, Any]:
+    """The planner and the leader's settings (None, None without ``--planner``)."""
+    given = {flag: getattr(args, name) for name, flag in _LEADER_FLAGS.items() if getattr(args, name) is not None}
+    if args.planner is None:
+        if given:
+            raise CliError(f"{', '.join(given)} go with --planner MODULE:OBJECT")
+        return None, None
+    try:
+        leader = config.leader_settings(lease_s=args.leader_lease, interval_s=args.allocation_interval,
+                                        multiple=args.partition_multiple, max_pending=args.max_pending)  # fmt: skip
+    except ValidationError as exc:
+        raise CliError(_flag_named(str(exc), _LEADER_SETTINGS)) from None
+    if config.elk_prefix is not None and config.elk_namespace is None:
+        raise CliError(
+            "a leader in a namespace bound to elk_coordinator needs Go's namespace, NewMgr's first argument "
+            "(--elk-namespace or PARTARCHIVE_ELK_NAMESPACE): it stands aside while Go's leader holds its lock"
+        )
+    return load_planner(args.planner), leader
+
+
+def load_planner(spec: str) -> Any:
+    """``MODULE:OBJECT`` imported: a class is made with no arguments; the object must be a planner."""
+    from archiver.runtime.leader import check_planner
+
+    target = _imported(spec, "planner", "MODULE:OBJECT (e.g. myjobs:Planner)")
+    if isinstance(target, type):
+        try:
+            target = target()
+        except Exception as exc:
+            raise CliError(f"{spec}() failed: {type(exc).__name__}: {exc}") from None
+    try:
+        return check_planner(target)
+    except ValidationError as exc:
+        raise CliError(f"{spec} is not a planner: {exc}") from None
 
 
 def load_function(spec: str) -> Callable[..., Any]:
     """``MODULE:FUNCTION`` imported (the current directory first on the path, as for ``python -m``)."""
+    target = _imported(spec, "function", "MODULE:FUNCTION (e.g. myjobs:process)")
+    if not callable(target):
+        raise CliError(f"{spec} is not callable ({type(target).__name__})")
+    return target  # type: ignore[no-any-return]
+
+
+def _imported(spec: str, what: str, form: str) -> Any:
+    """``MODULE:NAME`` imported (the current directory first on the path, as for ``python -m``)."""
     module_name, sep, name = spec.partition(":")
     if not sep or not module_name or not name:
-        raise CliError(f"the function is MODULE:FUNCTION (e.g. myjobs:process), not {spec!r}")
+        raise CliError(f"the {what} is {form}, not {spec!r}")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -64,12 +113,12 @@ def load_function(spec: str) -> Callable[..., Any]:
         target = getattr(target, part, None)
         if target is None:
             raise CliError(f"module {module_name!r} has no {name!r}")
-    if not callable(target):
-        raise CliError(f"{spec} is not callable ({type(target).__name__})")
-    return target  # type: ignore[no-any-return]
+    return target
 
 
-def _run(args: argparse.Namespace, config: Config, settings: Any, process: Callable[..., Any]) -> int:
+def _run(
+    args: argparse.Namespace, config: Config, settings: Any, process: Callable[..., Any], planner: Any, leader: Any
+) -> int:
     from archiver.runtime import AsyncWorker, Worker, default_worker_id
 
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # a child of a supervisor serving the group's metrics
@@ -83,9 +132,11 @@ def _run(args: argparse.Namespace, config: Config, settings: Any, process: Calla
         from archiver.engine import async_twin
 
         client = async_twin(ns.redis)
-        worker: Any = AsyncWorker(client, ns.keys, process, worker_id=worker_id, settings=settings)
+        worker: Any = AsyncWorker(client, ns.keys, process, worker_id=worker_id, settings=settings, planner=planner,
+                                  leader=leader)  # fmt: skip
     else:
-        worker = Worker(ns.redis, ns.keys, process, worker_id=worker_id, settings=settings)
+        worker = Worker(ns.redis, ns.keys, process, worker_id=worker_id, settings=settings, planner=planner,
+                        leader=leader)  # fmt: skip
     if args.metrics_port is not None:
         _serve_metrics(args, ns, worker)
     if isinstance(worker, AsyncWorker):
@@ -161,7 +212,22 @@ _FLAGS = {
 }
 
 
-def _flag_named(message: str) -> str:
+#: The leader's flags, by their attribute of the parsed arguments, and by their name in `LeaderSettings`.
+_LEADER_FLAGS = {
+    "leader_lease": "--leader-lease",
+    "allocation_interval": "--allocation-interval",
+    "partition_multiple": "--partition-multiple",
+    "max_pending": "--max-pending",
+}
+_LEADER_SETTINGS = {
+    "lease_s": "--leader-lease",
+    "interval_s": "--allocation-interval",
+    "multiple": "--partition-multiple",
+    "max_pending": "--max-pending",
+}
+
+
+def _flag_named(message: str, flags: dict[str, str] = _FLAGS) -> str:
     """A settings error named by its flag (``window must be ...`` -> ``--window must be ...``)."""
     name = message.split(" ", 1)[0]
-    return f"{_FLAGS[name]}{message[len(name):]}" if name in _FLAGS else message
+    return f"{flags[name]}{message[len(name):]}" if name in flags else message

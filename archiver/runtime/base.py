@@ -7,6 +7,8 @@ import threading
 from typing import Any
 
 from archiver.runtime.core import Duty, RuntimeCore
+from archiver.runtime.elk_registry import ElkRegistration
+from archiver.runtime.leader import LeaderDuty, LeaderSettings
 from archiver.runtime.settings import WorkerSettings, default_worker_id
 from codec import ValidationError
 from layers.active.window import RetryPolicy
@@ -16,8 +18,11 @@ from layers.keys import KeySchema
 class RuntimeProcess:
     """A worker runtime process of either flavour. ``process(partition, lease)`` does the user's work and
     returns the number of items it processed (None: the partition's ID count); raising fails the
-    partition (retried by ``retry``). The other arguments are `WorkerSettings`' (or ``settings`` whole)
-    and the SDK's (`layers.active.sdk.ActiveLayer`)."""
+    partition (retried by ``retry``). With a ``planner`` the process may lead the namespace and create
+    its partitions as the data grows (`archiver.runtime.leader`, ``leader`` its settings). The other
+    arguments are `WorkerSettings`' (or ``settings`` whole) and the SDK's (`layers.active.sdk.ActiveLayer`).
+    In a namespace bound to an elk_coordinator deployment the process registers where Go's leader counts
+    workers (`archiver.runtime.elk_registry`)."""
 
     _sdk_class: Any  # the flavour's SDK
     _wants_coroutine: bool  # the flavour's `process`: a coroutine function, or any other
@@ -41,6 +46,8 @@ class RuntimeProcess:
         record_format: str | None = None,
         clock: Any = None,
         settings: WorkerSettings | None = None,
+        planner: Any = None,
+        leader: LeaderSettings | None = None,
     ) -> None:
         import inspect
 
@@ -65,6 +72,13 @@ class RuntimeProcess:
         self._now = threading.Event()  # hand back at once
         self._duties: list[Duty] = []
         self.core: RuntimeCore | None = None
+        self.leader: LeaderDuty | None = None
+        if planner is not None:
+            self.leader = LeaderDuty(self.sdk, self.worker_id, planner, leader or LeaderSettings(),
+                                     on_asyncio=self._wants_coroutine)  # fmt: skip
+            self._duties.append(self.leader)
+        if self.sdk.keys.elk is not None:
+            self._duties.append(ElkRegistration(self.sdk.keys, self.worker_id))
 
     def add_duty(self, duty: Duty) -> None:
         """Work for the process to do by the clock beside its slots, from its next `run` on (a leader's,

@@ -92,8 +92,9 @@ class Flavour(Protocol):
 
 
 class Duty(Protocol):
-    """Work a runtime process does by the clock beside its slots, one turn at a time: its beat today,
-    a leader (creating and retrying partitions) as another one."""
+    """Work a runtime process does by the clock beside its slots, one turn at a time: its beat, the
+    leader (`archiver.runtime.leader`), the registration with elk_coordinator in a bound namespace. A
+    duty with a ``close()`` (steps) has it run as the process stops, after the hand-back."""
 
     name: str
 
@@ -438,6 +439,13 @@ class RuntimeCore:
     def end(self) -> Steps[RunReport]:
         """After the main loop: what is in hand handed back, the presence entry gone; what it did."""
         yield from self.hand_back()
+        for duty in self.schedule:
+            close = getattr(duty, "close", None)
+            if close is not None:
+                try:
+                    yield from close()
+                except TROUBLE as exc:
+                    log.warning(f"{duty.name}: could not end it cleanly", error=str(exc))
         report = self.report()
         log.info("worker stopped", worker=self.worker_id, processed=report.processed, failed=report.failed,
                  lost=report.leases_lost, handed_back=report.handed_back, ended=report.ended)  # fmt: skip

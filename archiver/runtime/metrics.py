@@ -42,6 +42,15 @@ IN_HAND = Gauge(
     "partarchive_runtime_in_hand", "Partitions the worker process holds, as its last beat counted them.", NS,
     multiprocess_mode="livesum",
 )
+LEADER = Gauge(
+    "partarchive_runtime_leader", "1 while the process leads its namespace (the leader's lease is its).", NS,
+    multiprocess_mode="livesum",
+)
+LEADER_TERMS = Counter("partarchive_runtime_leader_terms", "Leases the process took (each a change of leader).", NS)
+PLANNED = Counter("partarchive_runtime_planned_partitions", "Partitions the leader created from its planner.", NS)
+PLANNER_ERRORS = Counter(
+    "partarchive_runtime_planner_errors", "Calls of the planner that raised or gave no ID (asked again later).", NS
+)
 
 
 #: Every series of the runtime, by the name its core counts it under.
@@ -56,9 +65,16 @@ SERIES: dict[str, Any] = {
     "breaker_trips": BREAKER_TRIPS,
     "in_hand": IN_HAND,
 }
+#: The leader's series (`archiver.runtime.leader`), by the name it counts them under.
+LEADER_SERIES: dict[str, Any] = {
+    "leader": LEADER,
+    "terms": LEADER_TERMS,
+    "planned": PLANNED,
+    "planner_errors": PLANNER_ERRORS,
+}
 
 
 def start_series(namespace: str) -> None:
     """A namespace's series at zero, so they exist from the first scrape."""
-    for metric in SERIES.values():
+    for metric in (*SERIES.values(), *LEADER_SERIES.values()):
         metric.labels(namespace=namespace)

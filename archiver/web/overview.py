@@ -142,10 +142,12 @@ def collect_overview(ns: Namespace, namespaces: NamespaceList) -> dict[str, Any]
             }
             for h in snapshot.archivers
         ],
+        "leader": status["leader"],
         "workers": status["workers"] | {
             "list": [
                 {
                     "worker_id": w.worker_id,
+                    "leads": w.worker_id == status["leader"]["leader"],
                     "host": w.host,
                     "pid": w.pid,
                     "window": w.window,

@@ -17,6 +17,13 @@ from layers.plumbing.steps import Steps
 MAX_PARTITIONS_PER_CALL = 1_000_000
 
 
+def creation_refused(code: str, detail: str) -> ValidationError:
+    """A creation's refusal (``_create.lua``'s ``new_pids``) as the error it raises."""
+    if code == "pid_range":
+        return ValidationError(f"partition ids would reach {detail}, past 2^32 - 1")
+    return ValidationError(f"partition {detail} already exists; is the id counter behind?")
+
+
 class ActiveLeader:
     """The leader's steps of `ActiveCore` (which provides these attributes and steps)."""
 
@@ -63,9 +70,7 @@ class ActiveLeader:
         )
         refused = script_error(got)
         if refused is not None:
-            if refused.code == "pid_range":
-                raise ValidationError(f"partition ids would reach {refused.detail}, past 2^32 - 1")
-            raise ValidationError(f"partition {refused.detail} already exists; is the id counter behind?")
+            raise creation_refused(refused.code, refused.detail)
         return range(int(got[1]), int(got[2]) + 1)
 
     def _options_json(self, options: dict[str, Any] | None) -> str:

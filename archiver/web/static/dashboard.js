@@ -186,9 +186,15 @@ function show(o) {
     `(${w.alive}, ${fmt(w.in_hand)} partitions in hand` + (w.retries_waiting ? `, ${fmt(w.retries_waiting)} retries waiting)` : ")");
   rows(
     $("workers"),
-    w.list.map((x) => [x.worker_id, x.host, String(x.pid), `${fmt(x.in_hand)} of ${fmt(x.window)}`, fmt(x.processed), fmt(x.failed), `${x.last_beat_age_s} s ago`]),
+    w.list.map((x) => [x.worker_id + (x.leads ? " (leader)" : ""), x.host, String(x.pid), `${fmt(x.in_hand)} of ${fmt(x.window)}`, fmt(x.processed), fmt(x.failed), `${x.last_beat_age_s} s ago`]),
     ["worker", "host", "pid", "in hand", "processed", "failed", "last beat"],
   );
+  const l = o.leader, p = l.plan;
+  const found = l.holes || l.overlaps ? `${fmt(l.holes)} holes, ${fmt(l.overlaps)} overlaps` : "no hole or overlap";
+  $("leader").textContent =
+    `Leader: ${l.leader === null ? "nobody" : l.token ? `${l.leader} (token ${l.token})` : `${l.leader} (Go's lock)`}` +
+    (p.next_id === null ? "; nothing planned" : `; plan: ids ${p.first_id}..${p.next_id - 1}, ${fmt(p.partitions)} partitions; ${p.checked_at ? found : "not checked yet"}`);
+  $("leader").className = l.holes || l.overlaps ? "answer bad" : "answer";
   rows(
     $("dead-letters"),
     o.dead_letters.latest.map((d) => [d.id, String(d.entry ?? ""), d.reason]),
