@@ -85,14 +85,26 @@ def test_four_processes_drain_ten_thousand_partitions(
     assert int(client.bitcount(config.keys.index)) == 10_000
 
 
-def test_kill_9_of_a_worker_process_loses_nothing(real_redis: redis.Redis, engine_url: str, namespace: str) -> None:
-    sdk = ActiveLayer(real_redis, namespace)
-    keys = sdk.keys
+def on_engine(request: pytest.FixtureRequest, where: str) -> tuple[redis.Redis, str, tuple[str, ...]]:
+    """The client, the URL and the connection flags of the real engine or the local cluster."""
+    if where == "cluster":
+        return request.getfixturevalue("cluster_redis"), request.getfixturevalue("local_cluster").url, ("--cluster",)
+    return request.getfixturevalue("real_redis"), request.getfixturevalue("engine_url"), ()
+
+
+@pytest.mark.parametrize("function", ["tests.runtime_jobs:process", "tests.runtime_jobs:aprocess"])
+@pytest.mark.parametrize("where", ["real", "cluster"])
+def test_kill_9_of_a_worker_process_loses_nothing(
+    request: pytest.FixtureRequest, namespace: str, where: str, function: str
+) -> None:
+    client, url, flags = on_engine(request, where)
+    keys = Config(namespace=namespace, cluster=where == "cluster").keys
+    sdk = ActiveLayer(client, keys)
     sdk.create_partitions(1, 20_000, 10)
-    supervisor = start_worker(engine_url, namespace, "tests.runtime_jobs:process", "--processes", "2", "--window",
-                              "4", "--lease", "2", "--until-empty", RUNTIME_JOB_SLEEP_S="0.005")  # fmt: skip
+    supervisor = start_worker(url, namespace, function, "--processes", "2", "--window", "4", "--lease", "2",
+                              "--until-empty", *flags, RUNTIME_JOB_SLEEP_S="0.005")  # fmt: skip
     try:
-        wait_for(lambda: len(sdk.presence()) == 2 and real_redis.xlen(keys.queue) >= 300, 60, "both workers at work")
+        wait_for(lambda: len(sdk.presence()) == 2 and client.xlen(keys.queue) >= 300, 60, "both workers at work")
         victim = sdk.presence()[0]
         assert victim.pid in children(supervisor.pid)
         os.kill(victim.pid, signal.SIGKILL)
@@ -103,20 +115,23 @@ def test_kill_9_of_a_worker_process_loses_nothing(real_redis: redis.Redis, engin
         if supervisor.poll() is None:
             supervisor.kill()
     assert supervisor.returncode == 0, err.decode()[-2000:]
-    counts = queued(real_redis, keys)
+    counts = queued(client, keys)
     assert len(counts) == 2000 and set(counts.values()) == {1}  # nothing lost, nothing twice
     by_whom = {orjson.loads(f[b"p"])["partition_id"]: orjson.loads(f[b"p"])["worker_id"]
-               for _, f in real_redis.xrange(keys.queue)}  # fmt: skip
+               for _, f in client.xrange(keys.queue)}  # fmt: skip
     assert all(by_whom[pid] != victim.worker_id for pid in held)  # taken over by others
 
 
 @pytest.mark.parametrize("function", ["tests.runtime_jobs:until_lost", "tests.runtime_jobs:auntil_lost"])
+@pytest.mark.parametrize("where", ["real", "cluster"])
 def test_sigterm_hands_back_what_is_unfinished_at_once(
-    real_redis: redis.Redis, engine_url: str, namespace: str, function: str
+    request: pytest.FixtureRequest, namespace: str, where: str, function: str
 ) -> None:
-    sdk = ActiveLayer(real_redis, namespace)
+    client, url, flags = on_engine(request, where)
+    sdk = ActiveLayer(client, Config(namespace=namespace, cluster=where == "cluster").keys)
     sdk.create_partitions(1, 100, 10)
-    worker = start_worker(engine_url, namespace, function, "--window", "4", "--drain-timeout", "1", "--lease", "300")
+    worker = start_worker(url, namespace, function, "--window", "4", "--drain-timeout", "1", "--lease", "300",
+                          *flags)  # fmt: skip
     try:
         wait_for(lambda: sdk.counts()["running"] == 4, 30, "four partitions in hand")
         began = time.monotonic()
@@ -127,7 +142,7 @@ def test_sigterm_hands_back_what_is_unfinished_at_once(
     assert worker.returncode == 0 and "Traceback" not in err, err[-2000:]
     assert time.monotonic() - began < 8  # the drain timeout, then the hand-back: not the lease's 300 s
     assert sdk.counts() == {"pending": 10, "claimed": 0, "running": 0, "failed": 0}
-    assert real_redis.xlen(sdk.keys.queue) == 0 and sdk.presence() == []
+    assert client.xlen(sdk.keys.queue) == 0 and sdk.presence() == []
     assert "unfinished partitions handed back to pending" in err
 
 
