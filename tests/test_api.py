@@ -153,14 +153,17 @@ def test_metrics_text_has_every_metric(api: httpx.Client, world: ActiveLayer) ->
 
 
 def test_alert_rules_use_only_exported_metrics(api: httpx.Client, real_redis: redis.Redis, namespace: str) -> None:
-    from prometheus_client import generate_latest
+    from prometheus_client import REGISTRY, generate_latest
 
     from archiver.daemon.group_metrics import GroupMetrics
+    from archiver.runtime.metrics import start_series
 
     group = GroupMetrics([ArchiveLayer(real_redis, KeySchema(namespace))])  # what `run --processes` serves besides
     group.counted(1, 2)
+    start_series(namespace)  # what `partarchive worker --metrics-port` serves from its first scrape
     try:
         text = api.get("/metrics").text + generate_latest(group.registry).decode()
+        text += generate_latest(REGISTRY).decode()
     finally:
         group.close()
     exported = set(re.findall(r"^(partarchive_\w+)", text, re.M))

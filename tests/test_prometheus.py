@@ -127,7 +127,10 @@ def _aggregations(expr: str) -> list[tuple[str, str]]:
     out = []
     for m in re.finditer(r"partarchive_\w+", expr):
         before = expr[: m.start()]
-        found = re.findall(r"\b(sum|max|min|avg|count)\s*(?:by\s*\([^)]*\)\s*)?\(\s*(?:rate\(|delta\()?\s*$", before)
+        found = re.findall(
+            r"\b(sum|max|min|avg|count)\s*(?:by\s*\([^)]*\)\s*)?\(\s*(?:rate\(|delta\(|increase\(|max_over_time\()?\s*$",
+            before,
+        )
         out.append((found[-1] if found else "", re.sub(r"_(bucket|total)$", "", m.group())))
     return out
 
