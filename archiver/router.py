@@ -35,7 +35,7 @@ from codec.validate import check_partition_id
 from layers import ArchiveLayer, KeySchema, TierPolicy
 from layers.archive.cold_store import ColdReads
 from layers.archive.shelves import StoredBatch, add_shelf_reads
-from layers.archive.workers import WorkerNumbers
+from layers.archive.workers import RegistryReader
 from layers.errors import ColdFileDamaged, ColdStoreUnavailable
 from layers.keys import is_cluster_client
 from layers.plumbing.meta import StoredBatchSize, typed_steps
@@ -128,7 +128,7 @@ class RouterCore:
         keys: KeySchema,
         policy: TierPolicy,
         batch_sizes: StoredBatchSize,
-        workers: WorkerNumbers,
+        workers: RegistryReader,
         summary_lookup: SummaryLookup | None,
         *,
         scripted: bool,
@@ -333,12 +333,12 @@ class AsyncQueryRouter(RouterCore):
         self.redis = redis_client
         self._io = AsyncIO(redis_client)
         keys = KeySchema.of(namespace, cluster, client=redis_client)
-        workers: WorkerNumbers
+        workers: RegistryReader
         if archive is not None:
             policy, batch_sizes, workers = archive.policy, archive.batch_sizes, archive.workers
         else:
             policy = policy or TierPolicy()
-            batch_sizes, workers = StoredBatchSize(keys.archive_meta, policy.batch_size), WorkerNumbers(keys)
+            batch_sizes, workers = StoredBatchSize(keys.archive_meta, policy.batch_size), RegistryReader(keys)
         scripted = not is_cluster_client(redis_client)
         cold = cold or ColdReads(None, keys.namespace)
         super().__init__(

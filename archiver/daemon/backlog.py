@@ -24,7 +24,7 @@ from stats.progress import SAMPLE_EVERY_S
 log = structlog.get_logger("partarchive.archiver")
 
 
-class BacklogGuard:
+class BacklogModes:
     def __init__(self, ns: Namespace) -> None:
         self.ns = ns
         self.settings = ns.config.pressure

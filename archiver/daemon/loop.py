@@ -26,9 +26,9 @@ import structlog
 from redis.exceptions import OutOfMemoryError, ReadOnlyError
 
 from archiver.config import Config
-from archiver.daemon.backlog import BacklogGuard
+from archiver.daemon.backlog import BacklogModes
 from archiver.daemon.pacing import MaintenancePacer
-from archiver.daemon.pages import PageArchiver
+from archiver.daemon.pages import PageIntake
 from archiver.daemon.probes import LoopProbe
 from archiver.daemon.shutdown import GracefulShutdown
 from archiver.engine import EngineUnreachable
@@ -101,8 +101,8 @@ class ArchiverDaemon:
         self.lock = ns.maintenance_lock(self.consumer)
         self.has_lock = False
         self.liveness = ns.liveness
-        self.backlog = BacklogGuard(ns)
-        self.pages = PageArchiver(ns, self.consumer, self.backlog, after_read=lambda: self.fault_point("after_read"))
+        self.backlog = BacklogModes(ns)
+        self.pages = PageIntake(ns, self.consumer, self.backlog, after_read=lambda: self.fault_point("after_read"))
         self.commit_buffer = self.pages.pipeline.commit_buffer
         self.started = time.time()
         self._next_beat = 0.0
@@ -263,7 +263,7 @@ class ArchiverDaemon:
         or XAUTOCLAIM after ``claim_idle_ms``), so nothing is lost by carrying on; entries whose
         commit failed (a slot move outlasting `layers.plumbing.slot_moves.BUDGET_S`, Redis unreachable) stay
         buffered and are committed by a later round; claimed back meanwhile, they are neither
-        archived twice nor dead-lettered (`PageArchiver.archive_entries`).
+        archived twice nor dead-lettered (`PageIntake.archive_entries`).
         """
         try:
             handled = self.run_once(block_ms)
@@ -351,7 +351,7 @@ class ArchiverDaemon:
     def maintain(self, *, force: bool = False, busy_s: float = 0.0) -> int:
         """Seal idle batches and follow the backlog's mode (every ``maintenance_interval_s``); and,
         holding the maintenance lock, advance tier moves, expiry sweeps and adoption (commits are
-        the read path's: `PageArchiver.read`).
+        the read path's: `PageIntake.read`).
 
         Maintenance yields to the live queue (see `MaintenancePacer`).
         """

@@ -14,7 +14,7 @@ from itertools import compress
 
 import structlog
 
-from archiver.daemon.backlog import BacklogGuard
+from archiver.daemon.backlog import BacklogModes
 from archiver.daemon.pipeline import WritePipeline
 from archiver.namespace import Namespace
 from codec.page import read_payloads
@@ -23,9 +23,9 @@ from layers import QueueEntry
 log = structlog.get_logger("partarchive.archiver")
 
 
-class PageArchiver:
+class PageIntake:
     def __init__(
-        self, ns: Namespace, consumer: str, backlog: BacklogGuard, *, after_read: Callable[[], object] | None = None
+        self, ns: Namespace, consumer: str, backlog: BacklogModes, *, after_read: Callable[[], object] | None = None
     ) -> None:
         """``after_read``: the daemon's seam for the crash tests, called after each page is read."""
         self.config = ns.config

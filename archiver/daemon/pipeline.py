@@ -2,8 +2,8 @@
 
 A page of queue entries takes these round trips, in this order:
 
-1. **its reads**: the page itself (`ReadAhead.read`; while the queue holds full pages the next
-   read goes out at once, `ReadAhead.prefetch`, so Redis reads it while this page is handled);
+1. **its reads**: the page itself (`PageConnections.read`; while the queue holds full pages the next
+   read goes out at once, `PageConnections.prefetch`, so Redis reads it while this page is handled);
 2. in a batch tier, **its staging and slot reads**, which carry the previous page's seals
    (written) and their bookkeeping (`ArchiveLayer.stage_page`, `BatchSealing.queue_reads`);
 3. **the commit** the pages before made due (`layers.archive.commit`), built while Redis ran the
@@ -22,7 +22,7 @@ that could not be written take their pages' entries out of what waits for a comm
 never acknowledged, they are archived again); a commit's reply that names partitions counted
 already, a changed worker registry or a lost script is committed again in turn (`_settle`).
 
-Redis Cluster has no single connection to overlap on (`ReadAhead.usable`): there a page is read,
+Redis Cluster has no single connection to overlap on (`PageConnections.usable`): there a page is read,
 written and committed in turn, the commit when one is due.
 """
 
@@ -35,7 +35,7 @@ from typing import TypeVar
 import redis
 import structlog
 
-from archiver.daemon.readahead import ReadAhead
+from archiver.daemon.readahead import PageConnections
 from archiver.metrics import STATS_FLUSHES
 from archiver.namespace import Namespace
 from codec.page import Columns
@@ -61,8 +61,8 @@ class WritePipeline:
         self.read_count = ns.config.read_count
         self.commit_buffer = ns.commit_buffer()
         self.committer = self.commit_buffer.committer
-        usable = ReadAhead.usable(ns.redis)
-        self.reader = ReadAhead(ns.redis, ns.keys, consumer, self.read_count) if usable else None
+        usable = PageConnections.usable(ns.redis)
+        self.reader = PageConnections(ns.redis, ns.keys, consumer, self.read_count) if usable else None
         self.tier: Tier | None = None  # as the last commit left it (read once before the first)
         self.read_wait_s = 0.0  # how long the last read waited for new entries (idle time)
         self._skipping = skipping

@@ -32,7 +32,7 @@ from layers.plumbing.scripts import Scripts, located
 ScriptCall = tuple[str, list[str], list[Any]]
 
 
-class ReadAhead:
+class PageConnections:
     """Two connections of the client's pool: one to read new entries, one for a script sent
     without waiting for its reply."""
 

@@ -32,7 +32,7 @@ from codec.page import Columns
 from layers.archive.sealing import BatchSealing, SealReads, UnwrittenSeals
 from layers.archive.shelves import ShelfStore
 from layers.archive.tiers import Tier, TierPolicy
-from layers.archive.workers import WorkerRegistry
+from layers.archive.workers import WorkerRegistrar
 from layers.keys import KeySchema
 from layers.plumbing.meta import StoredBatchSize, read_tier, stored_int, stored_tier
 from layers.plumbing.replies import as_text
@@ -62,7 +62,7 @@ class ArchiveLayer:
         self.redis = redis_client
         self.keys = KeySchema.of(keys, client=redis_client)
         self.policy = policy or TierPolicy()
-        self.workers = WorkerRegistry(redis_client, keys)
+        self.workers = WorkerRegistrar(redis_client, keys)
         self._scripts = Scripts.of(redis_client)
         self.shelves = ShelfStore(redis_client, self.keys)
         self.dead_letters = self.shelves.dead_letters
@@ -192,7 +192,7 @@ class ArchiveLayer:
         read as sealing reads it (its staging, after the staging writes, and its slot), and the
         seals of ``unwritten`` (an earlier page's, `seal_page`) are written first. The second
         half, `seal_page`, seals every batch the records fill completely, or that its staging now
-        holds completely, from the records in hand (`BatchSealing.seal_read`). Workers claim the
+        holds completely, from the records in hand (`BatchSealing.seal_from_reads`). Workers claim the
         lowest pending partition, so a page of completions mostly holds whole batches. Split in
         two so the archiver can send the last page's commit in between (`archiver.daemon.pipeline`):
         Redis runs it while this process encodes the batches."""
@@ -232,7 +232,7 @@ class ArchiveLayer:
         records are neither in their slots nor, for a batch whole in hand, staged: nothing may
         commit them before (`archiver.daemon.pipeline.WritePipeline` sees to it)."""
         if page.to_seal:
-            self.sealing.seal_read(page.to_seal, page.read, tier, defer=defer)
+            self.sealing.seal_from_reads(page.to_seal, page.read, tier, defer=defer)
 
     def stage(self, parts: Sequence[ArchivedPartition | ElkRecord]) -> dict[int, int]:
         """Put records in their batches' staging hashes; returns each batch touched with the

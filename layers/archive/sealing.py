@@ -27,7 +27,7 @@ from codec import ArchivedPartition, DecodeError, decode_blob, encode_blob
 from codec.elk import as_archived, parse_archived
 from layers.archive.shelves import ShelfStore, SlotWrite, StoredBatch
 from layers.archive.tiers import Tier, TierPolicy
-from layers.archive.workers import WorkerRegistry
+from layers.archive.workers import WorkerRegistrar
 from layers.keys import KeySchema
 from layers.plumbing.meta import read_tier
 from layers.plumbing.replies import as_text, script_error
@@ -65,7 +65,7 @@ class _SealWrite:
 
 @dataclass(slots=True)
 class UnwrittenSeals:
-    """Seals encoded and not written yet, to go out with a later round trip (`BatchSealing.seal_read`
+    """Seals encoded and not written yet, to go out with a later round trip (`BatchSealing.seal_from_reads`
     with ``defer``): groups of writes, each with the tier its sealer read and whether it was sent
     before (its replies unread). Owned by whoever defers them (the page-write pipeline,
     `archiver.daemon.pipeline`: a page's seals go out with the next page's reads) and handed to
@@ -87,7 +87,7 @@ class BatchSealing:
     its registry; counts the seals this process made (``seals``, batch number -> seals)."""
 
     def __init__(
-        self, client: redis.Redis, keys: KeySchema, policy: TierPolicy, workers: WorkerRegistry, shelves: ShelfStore
+        self, client: redis.Redis, keys: KeySchema, policy: TierPolicy, workers: WorkerRegistrar, shelves: ShelfStore
     ) -> None:
         self.redis = client
         self.keys = keys
@@ -153,7 +153,7 @@ class BatchSealing:
         batch changed meanwhile is sealed again on its own."""
         pipe = self.redis.pipeline(transaction=False)
         reads = self.queue_reads(pipe, batches, {p.worker_id for parts in batches.values() for p in parts})
-        return self.seal_read(batches, reads(pipe.execute(raise_on_error=False)), tier)
+        return self.seal_from_reads(batches, reads(pipe.execute(raise_on_error=False)), tier)
 
     def queue_reads(
         self, pipe: Any, numbers: Iterable[int], worker_ids: set[str], unwritten: UnwrittenSeals | None = None
@@ -187,7 +187,7 @@ class BatchSealing:
 
         return finish
 
-    def seal_read(
+    def seal_from_reads(
         self,
         batches: dict[int, list[ArchivedPartition]],
         reads: SealReads,
@@ -322,7 +322,7 @@ class BatchSealing:
             self._bookkeeping.append((done, tier, self._group))
 
     def _queue_writes(self, pipe: Any, unwritten: UnwrittenSeals) -> tuple[int, Callable[[Sequence[Any]], None]]:
-        """Queue on ``pipe`` the slot writes of the seals `seal_read` deferred into ``unwritten``;
+        """Queue on ``pipe`` the slot writes of the seals `seal_from_reads` deferred into ``unwritten``;
         the function returned takes their replies, queues the bookkeeping of those written and
         seals again, now, each batch refused (changed since it was read)."""
         pending = list(unwritten.groups)  # left there until written: a pipeline that fails is sent again
