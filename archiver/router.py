@@ -40,6 +40,7 @@ from layers.errors import ColdFileDamaged, ColdStoreUnavailable
 from layers.keys import is_cluster_client
 from layers.plumbing.meta import StoredBatchSize, typed_steps
 from layers.plumbing.replies import as_text
+from layers.plumbing.roundtrip import RoundTrip
 from layers.plumbing.steps import AsyncClient, AsyncIO, Batch, Call, Script, Steps, SyncIO, awaiting, blocking
 from stats.reader import RangeSummaries
 
@@ -228,10 +229,12 @@ class RouterCore:
             batch.hget(k.archive_meta, "batch_size")
             batch.getrange(k.cold_map, 4 * batch_no, 4 * batch_no + 3)
             batch.hget(k.archive_meta, "cold_store")
-            parse = add_shelf_reads(batch, k, [batch_no])
+            trip = RoundTrip(batch)
+            shelf = add_shelf_reads(trip, k, [batch_no])
             replies = yield batch
+            trip.hand(replies)
             stored_size, cold_entry, cold_store = replies[8:11]
-            stored = parse(replies[11:])[batch_no]
+            stored = shelf.value[batch_no]
         active, indexed, simple, staged, done, newest, retention, generation = replies[:8]
         size = self.batch_sizes.read(stored_size)
         cold_file = int.from_bytes(cold_entry, "big") if cold_entry and len(cold_entry) == 4 else 0

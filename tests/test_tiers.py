@@ -75,9 +75,9 @@ def test_whole_batches_in_hand_are_sealed_without_staging(
     real_redis: redis.Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=3600)
-    keys, staged, stage = layer.keys, [], layer._queue_stage
+    keys, staged, stage = layer.keys, [], layer._add_stage
     monkeypatch.setattr(
-        layer, "_queue_stage", lambda pipe, recs: staged.extend(p.partition_id for p in recs) or stage(pipe, recs)
+        layer, "_add_stage", lambda trip, recs: staged.extend(p.partition_id for p in recs) or stage(trip, recs)
     )
     store(layer, parts(1, 250))  # batches 0 (1..99) and 1 whole in hand; 200..250 staged
     assert staged == list(range(200, 251)) and layer.batch_blob(0) and layer.batch_blob(1)

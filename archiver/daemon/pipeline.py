@@ -5,7 +5,7 @@ A page of queue entries takes these round trips, in this order:
 1. **its reads**: the page itself (`PageConnections.read`; while the queue holds full pages the next
    read goes out at once, `PageConnections.prefetch`, so Redis reads it while this page is handled);
 2. in a batch tier, **its staging and slot reads**, which carry the previous page's seals
-   (written) and their bookkeeping (`ArchiveLayer.stage_page`, `BatchSealing.queue_reads`);
+   (written) and their bookkeeping (`ArchiveLayer.stage_page`, `BatchSealing.add_reads`);
 3. **the commit** the pages before made due (`layers.archive.commit`), built while Redis ran the
    one before it and sent once this page's reads are in, without waiting: Redis answers a read
    sent after a commit only once the commit has run, so it goes out after them, and runs while

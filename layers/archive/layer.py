@@ -36,6 +36,7 @@ from layers.archive.workers import WorkerRegistrar
 from layers.keys import KeySchema
 from layers.plumbing.meta import StoredBatchSize, read_tier, stored_int, stored_tier
 from layers.plumbing.replies import as_text
+from layers.plumbing.roundtrip import RoundTrip, raised
 from layers.plumbing.scripts import Scripts
 
 
@@ -211,16 +212,12 @@ class ArchiveLayer:
             if len(got) >= capacity(b) and len({p.partition_id for p in got}) >= capacity(b)
         }
         rest = [p for b, group in by_batch.items() if b not in whole for p in group]
-        pipe = self.redis.pipeline(transaction=False)
-        staged_batches = self._queue_stage(pipe, rest)
+        trip = RoundTrip.on(self.redis)
+        staged_batches = self._add_stage(trip, rest)
         workers = {p.worker_id for got in archived.values() for p in got}
-        reads = self.sealing.queue_reads(pipe, by_batch, workers, unwritten)
-        replies = pipe.execute(raise_on_error=False)
-        staging = len(staged_batches) + bool(staged_batches)
-        for reply in replies[:staging]:
-            if isinstance(reply, Exception):
-                raise reply
-        read = reads(replies[staging:])
+        reads = self.sealing.add_reads(trip, by_batch, workers, unwritten)
+        trip.run()
+        read = reads.value
         full = {b for b in staged_batches if len(read.staged[b]) >= self.policy.capacity(b)}
         return StagedPage({b: archived[b] for b in sorted(whole | full)}, read)
 
@@ -237,24 +234,26 @@ class ArchiveLayer:
     def stage(self, parts: Sequence[ArchivedPartition | ElkRecord]) -> dict[int, int]:
         """Put records in their batches' staging hashes; returns each batch touched with the
         records its staging holds now (read in the same round trip)."""
-        pipe = self.redis.pipeline(transaction=False)
-        batches = self._queue_stage(pipe, parts)
+        trip = RoundTrip.on(self.redis)
+        batches = self._add_stage(trip, parts)
+        held = trip.part(raised)
         for batch_no in batches:
-            pipe.hlen(self.keys.staging(batch_no))
-        replies = pipe.execute()
-        return {b: int(n) for b, n in zip(batches, replies[len(batches) + 1 :], strict=True)}
+            held.hlen(self.keys.staging(batch_no))
+        trip.run()
+        return {b: int(n) for b, n in zip(batches, held.value, strict=True)}
 
-    def _queue_stage(self, pipe: Any, parts: Sequence[ArchivedPartition | ElkRecord]) -> list[int]:
-        """Queue on ``pipe`` the staging of records (an HSET per batch, then one ZADD noting the
-        batches open; nothing for no records); returns the batches, in the order of their HSETs."""
+    def _add_stage(self, trip: RoundTrip, parts: Sequence[ArchivedPartition | ElkRecord]) -> list[int]:
+        """Add to ``trip`` the staging of records (an HSET per batch, then one ZADD noting the
+        batches open; nothing for no records; an error raised once it ran); returns the batches."""
         by_batch: dict[int, dict[str, bytes]] = defaultdict(dict)
         for part in parts:
             by_batch[self.policy.batch_of(part.partition_id)][str(part.partition_id)] = part.to_json()
         if not by_batch:
             return []
+        staging = trip.part(raised)
         for batch_no, fields in by_batch.items():
-            pipe.hset(self.keys.staging(batch_no), mapping=fields)  # type: ignore[arg-type]
-        pipe.zadd(self.keys.open_batches, dict.fromkeys(map(str, by_batch), int(time.time() * 1000)))
+            staging.hset(self.keys.staging(batch_no), mapping=fields)
+        staging.zadd(self.keys.open_batches, dict.fromkeys(map(str, by_batch), int(time.time() * 1000)))
         return list(by_batch)
 
     def write_simple(self, records: dict[int, bytes]) -> None:

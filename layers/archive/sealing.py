@@ -14,7 +14,7 @@ import dataclasses
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from operator import lt
 from typing import Any
@@ -31,6 +31,7 @@ from layers.archive.workers import WorkerRegistrar
 from layers.keys import KeySchema
 from layers.plumbing.meta import read_tier
 from layers.plumbing.replies import as_text, script_error
+from layers.plumbing.roundtrip import Part, RoundTrip, raised
 from layers.plumbing.scripts import Scripts
 from layers.plumbing.steps import SyncIO
 
@@ -69,7 +70,7 @@ class UnwrittenSeals:
     with ``defer``): groups of writes, each with the tier its sealer read and whether it was sent
     before (its replies unread). Owned by whoever defers them (the page-write pipeline,
     `archiver.daemon.pipeline`: a page's seals go out with the next page's reads) and handed to
-    the calls that write them (`BatchSealing.queue_reads`, `BatchSealing.flush`)."""
+    the calls that write them (`BatchSealing.add_reads`, `BatchSealing.flush`)."""
 
     groups: list[tuple[list[_SealWrite], Tier, bool]] = dataclasses.field(default_factory=list)
 
@@ -96,7 +97,7 @@ class BatchSealing:
         self.shelves = shelves
         self.seals: Counter[int] = Counter()
         self._scripts = Scripts.of(client)
-        # seals written, their bookkeeping not done yet: one queue per process, sent in the order of its group numbers
+        # seals written, their bookkeeping not done yet: one list per process, sent in the order of its group numbers
         self._bookkeeping: list[tuple[list[_SealWrite], Tier, int]] = []
         self._process = uuid.uuid4().hex  # names this object's groups of seals in `KeySchema.sealed_counted`
         self._group = 0  # the number of its last group of seals written
@@ -136,11 +137,11 @@ class BatchSealing:
         """
         self.flush()
         for _ in range(_SEAL_RETRIES):
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.hgetall(self.keys.staging(batch_no))
-            parse = self.shelves.add_reads(pipe, [batch_no])
-            replies = pipe.execute()
-            write = self._prepare_seal(parse(replies[1:])[batch_no], replies[0], extra)
+            trip = RoundTrip.on(self.redis)
+            staged = trip.part(raised).hgetall(self.keys.staging(batch_no))
+            stored = self.shelves.add_reads(trip, [batch_no])
+            trip.run()
+            write = self._prepare_seal(stored.value[batch_no], staged.value[0], extra)
             if isinstance(write, bool):
                 return write
             if write is not None and self._write_seals([write], tier):
@@ -151,41 +152,28 @@ class BatchSealing:
         """Seal several batches with records in hand (a bulk import): their blobs and staging are
         read in one round trip, each batch is encoded once and all are written in one more; a
         batch changed meanwhile is sealed again on its own."""
-        pipe = self.redis.pipeline(transaction=False)
-        reads = self.queue_reads(pipe, batches, {p.worker_id for parts in batches.values() for p in parts})
-        return self.seal_from_reads(batches, reads(pipe.execute(raise_on_error=False)), tier)
+        trip = RoundTrip.on(self.redis)
+        reads = self.add_reads(trip, batches, {p.worker_id for parts in batches.values() for p in parts})
+        trip.run()
+        return self.seal_from_reads(batches, reads.value, tier)
 
-    def queue_reads(
-        self, pipe: Any, numbers: Iterable[int], worker_ids: set[str], unwritten: UnwrittenSeals | None = None
-    ) -> Callable[[Sequence[Any]], SealReads]:
-        """Queue on ``pipe`` what sealing these batches reads (their staging and slots, and the
-        check of the workers' numbers), after the bookkeeping owed and the writes of ``unwritten``;
-        the function returned takes the replies from the first of these commands on and gives what
-        was read, the workers registered."""
+    def add_reads(
+        self, trip: RoundTrip, numbers: Iterable[int], worker_ids: set[str], unwritten: UnwrittenSeals | None = None
+    ) -> Part[SealReads]:
+        """Add to ``trip`` what sealing these batches reads (their staging and slots, and the check
+        of the workers' numbers), after the bookkeeping owed and the writes of ``unwritten``; the
+        part's value is what was read, the workers registered."""
         numbers = sorted(numbers)
-        cleaned, cleanup = self._queue_cleanup(pipe) if self._bookkeeping else (0, None)
-        written, writes = self._queue_writes(pipe, unwritten) if unwritten else (0, None)
-        skip = cleaned + written
+        if self._bookkeeping:
+            self._add_bookkeeping(trip)
+        if unwritten:
+            self._add_writes(trip, unwritten)
+        staged = trip.part(raised)
         for b in numbers:
-            pipe.hgetall(self.keys.staging(b))
-        parse = self.shelves.add_reads(pipe, numbers)
-        register = self.workers.queue_register(pipe, worker_ids)
-        # the pipeline is run with raise_on_error=False (a deferred cleanup's script may be unknown)
-
-        def finish(replies: Sequence[Any]) -> SealReads:
-            if cleanup is not None:
-                cleanup(replies)
-            if writes is not None:
-                writes(replies[cleaned:])
-            replies = replies[skip:]
-            for reply in replies:
-                if isinstance(reply, Exception):
-                    raise reply
-            stored = parse(replies[len(numbers) :])
-            register(replies[-1])  # the workers in hand checked and registered once here
-            return SealReads(dict(zip(numbers, replies, strict=False)), stored)
-
-        return finish
+            staged.hgetall(self.keys.staging(b))
+        stored = self.shelves.add_reads(trip, numbers)
+        self.workers.add_register(trip, worker_ids)  # the workers in hand checked and registered once here
+        return trip.after(lambda: SealReads(dict(zip(numbers, staged.value, strict=True)), stored.value))
 
     def seal_from_reads(
         self,
@@ -197,7 +185,7 @@ class BatchSealing:
     ) -> int:
         """`seal_many` once its reads are in: the batches encoded and written, a batch changed
         since it was read sealed again on its own; returns the batches sealed. ``defer``: they are
-        encoded into it, written when it is handed to `queue_reads` or `flush`, their bookkeeping
+        encoded into it, written when it is handed to `add_reads` or `flush`, their bookkeeping
         with the round trip after, and counted as sealed."""
         tier = tier or self.tier()
         writes: list[_SealWrite] = []
@@ -300,7 +288,7 @@ class BatchSealing:
 
     def _write_seals(self, writes: list[_SealWrite], tier: Tier | None) -> set[int]:
         """Write the new blobs into their shelves (a script call per shelf, one round trip), then
-        for those not refused the bookkeeping (`_queue_cleanup`), one more. Returns the sealed."""
+        for those not refused the bookkeeping (`_add_bookkeeping`), one more. Returns the sealed."""
         if not writes:
             return set()
         already_there: set[int] = set()
@@ -312,7 +300,7 @@ class BatchSealing:
         return written
 
     def _written(self, writes: list[_SealWrite], written: set[int], tier: Tier) -> None:
-        """Seals whose slots were written: counted, their bookkeeping queued (`_queue_cleanup`)
+        """Seals whose slots were written: counted, their bookkeeping owed (`_add_bookkeeping`)
         under the next number of this process's groups (`seal_bookkeeping.lua`)."""
         done = [w for w in writes if w.batch_no in written]
         for w in done:
@@ -321,20 +309,20 @@ class BatchSealing:
             self._group = max(self._group + 1, time.time_ns() // 1000)
             self._bookkeeping.append((done, tier, self._group))
 
-    def _queue_writes(self, pipe: Any, unwritten: UnwrittenSeals) -> tuple[int, Callable[[Sequence[Any]], None]]:
-        """Queue on ``pipe`` the slot writes of the seals `seal_from_reads` deferred into ``unwritten``;
-        the function returned takes their replies, queues the bookkeeping of those written and
-        seals again, now, each batch refused (changed since it was read)."""
+    def _add_writes(self, trip: RoundTrip, unwritten: UnwrittenSeals) -> None:
+        """Add to ``trip`` the slot writes of the seals `seal_from_reads` deferred into ``unwritten``;
+        once they ran, the bookkeeping of those written is owed and each batch refused (changed
+        since it was read) is sealed again, now."""
         pending = list(unwritten.groups)  # left there until written: a pipeline that fails is sent again
         unwritten.groups[: len(pending)] = [(group, tier, True) for group, tier, _ in pending]
         writes = [(w, tier) for group, tier, _ in pending for w in group]
         already_there: set[int] = set()
-        count, finish = self.shelves.queue_write(
-            pipe, [SlotWrite(w.batch_no, w.stored.slot, w.blob, w.stored.legacy) for w, _ in writes], already_there
+        slots = self.shelves.add_write(
+            trip, [SlotWrite(w.batch_no, w.stored.slot, w.blob, w.stored.legacy) for w, _ in writes], already_there
         )
 
-        def written(replies: Sequence[Any]) -> None:
-            done = finish(replies[:count])
+        def written() -> None:
+            done = slots.value
             for w, tier in writes:
                 if w.batch_no not in done:
                     self.seal(w.batch_no, tier, w.extra)
@@ -342,25 +330,23 @@ class BatchSealing:
             for group, tier, sent in pending:
                 self._written(group if sent else _uncounted(group, already_there), done, tier)
 
-        return count, written
+        trip.after(written)
 
     def flush(self, unwritten: UnwrittenSeals | None = None, *, bookkeeping: bool = True) -> None:
         """Write the seals of ``unwritten`` and do the bookkeeping of every seal written (unless
         not ``bookkeeping``), now."""
         if unwritten:
-            pipe = self.redis.pipeline(transaction=False)
-            _, written = self._queue_writes(pipe, unwritten)
-            written(pipe.execute(raise_on_error=False))
+            trip = RoundTrip.on(self.redis)
+            self._add_writes(trip, unwritten)
+            trip.run()
         if self._bookkeeping and bookkeeping:
-            pipe = self.redis.pipeline(transaction=False)
-            _, finish = self._queue_cleanup(pipe)
-            finish(pipe.execute(raise_on_error=False))
+            trip = RoundTrip.on(self.redis)
+            self._add_bookkeeping(trip)
+            trip.run()
 
-    def _queue_cleanup(self, pipe: Any) -> tuple[int, Callable[[Sequence[Any]], None]]:
-        """Queue on ``pipe`` the bookkeeping of the seals written so far: delete the staged records
-        they hold (where unchanged), keep the open-batch set, byte counters and expiry index. The
-        function returned takes the replies from the first of these commands on (the pipeline run
-        with ``raise_on_error=False``); returned with how many replies those commands take.
+    def _add_bookkeeping(self, trip: RoundTrip) -> None:
+        """Add to ``trip`` the bookkeeping of the seals written so far: delete the staged records
+        they hold (where unchanged), keep the open-batch set, byte counters and expiry index.
 
         Deferred, this is harmless: until it runs, a sealed record is also still staged, as it
         is after a crash between the two (the next seal of its batch merges the same record)."""
@@ -378,28 +364,24 @@ class BatchSealing:
             if w.staged
         ]
         calls.append(("seal_bookkeeping", [k.archive_meta, k.expiry, k.sealed_counted], counted))
-        cleanups, cleaned = self._scripts.queue_calls(pipe, calls)
-        pipe.zrem(k.open_batches, *(str(w.batch_no) for w in done))
-        for w in done:  # staged into since read: the batch stays open (the stager's ZADD may be gone)
-            pipe.hlen(k.staging(w.batch_no))
-        count = cleanups + 1 + len(done)
+        cleaned = self._scripts.add_calls(trip, calls)
 
-        def finish(all_replies: Sequence[Any]) -> None:
-            replies = all_replies[:count]
-            late = any(isinstance(reply, NoScriptError) for reply in replies[:cleanups])
-            script_error(cleaned(replies)[-1], meta_key=k.archive_meta, unchanged="no bookkeeping was counted")
-            for reply in replies[cleanups:]:
-                if isinstance(reply, Exception):
-                    raise reply
+        def read(replies: list[Any]) -> None:
+            script_error(cleaned.value[-1], meta_key=k.archive_meta, unchanged="no bookkeeping was counted")
+            raised(replies)
             del self._bookkeeping[: len(seals)]  # only now: sent again, the counting script counts nothing twice
-            left = replies[len(replies) - len(done) :]
-            if late:  # a cleanup ran after the HLENs (the server had lost its script): read them again
+            left = replies[1:]
+            if any(isinstance(reply, NoScriptError) for reply in cleaned.replies):
+                # a cleanup ran after the HLENs (the server had lost its script): read them again
                 left = [self.redis.hlen(self.keys.staging(w.batch_no)) for w in done]
             reopened = {str(w.batch_no): int(time.time() * 1000) for w, n in zip(done, left, strict=True) if n}
             if reopened:
                 self.redis.zadd(self.keys.open_batches, reopened)  # type: ignore[arg-type]
 
-        return count, finish
+        opened = trip.part(read)
+        opened.zrem(k.open_batches, *(str(w.batch_no) for w in done))
+        for w in done:  # staged into since read: the batch stays open (the stager's ZADD may be gone)
+            opened.hlen(k.staging(w.batch_no))
 
     def _sealed(self, stored: StoredBatch) -> dict[int, ArchivedPartition]:
         """The records already sealed in a batch, by pid: its old key's, overridden by its slot's."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import redis
@@ -12,6 +12,7 @@ from codec import ArchivedPartition, DecodeError, WorkerNumbering, find_in_blob
 from codec.validate import check_worker_id
 from layers.keys import KeySchema
 from layers.plumbing.replies import as_text
+from layers.plumbing.roundtrip import Part, RoundTrip, raised
 from layers.plumbing.scripts import Scripts
 from layers.plumbing.steps import Batch, Steps, SyncIO
 
@@ -89,23 +90,23 @@ class WorkerRegistrar(RegistryReader):
         with self._lock:
             return self._register(wanted, verify=False), self.generation
 
-    def queue_register(self, pipe: Any, worker_ids: Iterable[str]) -> Callable[[Any], WorkerNumbering]:
-        """`register` in two halves, so the check of the known numbers rides on the caller's
-        pipeline: this queues its HMGET on ``pipe``; the function returned takes that command's
-        reply (anything when none was queued) and registers the new workers."""
+    def add_register(self, trip: RoundTrip, worker_ids: Iterable[str]) -> Part[WorkerNumbering]:
+        """`register` with the check of the known numbers in the caller's round trip (an HMGET,
+        none when no worker is known yet): the part's value is the map, new workers registered."""
         wanted = _checked(worker_ids)
         with self._lock:
             known = [w for w in wanted if w in self.map]
-        if known:
-            pipe.hmget(self.keys.workers, ["", *known])
 
-        def finish(reply: Any) -> WorkerNumbering:
+        def read(replies: list[Any]) -> WorkerNumbering:
             with self._lock:
                 if known:
-                    self._check(known, reply)
+                    self._check(known, raised(replies)[0])
                 return self._register(wanted, verify=False)
 
-        return finish
+        part = trip.part(read)
+        if known:
+            part.hmget(self.keys.workers, ["", *known])
+        return part
 
     def _check(self, known: list[str], stored: Any) -> None:
         """Reload if Redis's numbers for ``known`` (and its generation) are not the cached ones."""

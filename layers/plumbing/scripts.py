@@ -10,7 +10,7 @@ node never saw it sent whole (EVAL) on Redis Cluster; every run on Redis Cluster
 its slot moves (`layers.plumbing.slot_moves.riding_out`); and an error Redis answers with
 ``user_script:N`` named by the file and line of the script's own source (`located`). `Scripts`
 drives those steps blocking, `AsyncScripts` awaits them: the two differ in nothing else. Here too,
-on a blocking client: several scripts in one round trip (`Scripts.run_many`, `Scripts.queue_calls`).
+on a blocking client: several scripts in one round trip (`Scripts.run_many`, `Scripts.add_calls`).
 
 The worker's hot path pays nothing for this: a driver sends `ScriptCore.first` itself and hands
 the steps only the error it got, if any. On asyncio, a read-only script's first command goes on a
@@ -25,7 +25,7 @@ import contextlib
 import functools
 import hashlib
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, Self
 from weakref import WeakKeyDictionary
 
@@ -54,6 +54,7 @@ from layers.plumbing.lua_sources import (
     script_source,
 )
 from layers.plumbing.replies import as_text
+from layers.plumbing.roundtrip import Part, RoundTrip
 from layers.plumbing.slot_moves import follow_ask_to_new_masters, riding_out
 
 if HIREDIS_AVAILABLE:
@@ -257,7 +258,7 @@ class Scripts(_ClientScripts):
 
     def __init__(self, client: redis.Redis) -> None:
         super().__init__(client)
-        self._loaded: set[str] = set()  # loaded by `queue_calls` (the server may have lost them since)
+        self._loaded: set[str] = set()  # loaded by `add_calls` (the server may have lost them since)
 
     def sha(self, name: str) -> str:
         """The SHA1 of a script, for a caller that sends ``EVALSHA`` itself (and runs the call again
@@ -283,35 +284,31 @@ class Scripts(_ClientScripts):
 
     def run_many(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any]:
         """Run several scripts in one round trip (a pipeline of EVALSHA), or one by one on Redis
-        Cluster (`queue_calls`)."""
+        Cluster (`add_calls`)."""
         if self.core.cluster or len(calls) == 1:
             return [self(name, keys, args) for name, keys, args in calls]
-        pipe = self._client.pipeline(transaction=False)
-        _, finish = self.queue_calls(pipe, calls)
-        return finish(pipe.execute(raise_on_error=False))
+        trip = RoundTrip.on(self._client)
+        ran = self.add_calls(trip, calls)
+        trip.run()
+        return ran.value
 
-    def queue_calls(
-        self, pipe: Any, calls: list[tuple[str, list[str], list[Any]]]
-    ) -> tuple[int, Callable[[Sequence[Any]], list[Any]]]:
-        """Queue script calls on the caller's pipeline (to be run with ``raise_on_error=False``);
-        returns how many replies they take, first in the pipeline's, and the function that turns
-        those replies into the scripts' (raising a script's error). A call the server did not know
-        the script of (after SCRIPT FLUSH or a restart) is run again on its own, which loads it; the
-        others ran once, in their place, as does a script loaded since this process started.
-        (redis-py's own pipeline scripts ask SCRIPT EXISTS first: a second round trip every time.)
-        On Redis Cluster, whose client refuses scripts in pipelines (their keys may live on
-        different nodes), they are run here and now, one by one, and take no reply."""
+    def add_calls(self, trip: RoundTrip, calls: list[tuple[str, list[str], list[Any]]]) -> Part[list[Any]]:
+        """Add script calls to the caller's round trip; the part's value is the scripts' replies (a
+        script's error raised). A call the server did not know the script of (after SCRIPT FLUSH or
+        a restart) is run again on its own, which loads it; the others ran once, in their place, as
+        does a script loaded since this process started. (redis-py's own pipeline scripts ask
+        SCRIPT EXISTS first: a second round trip every time.) On Redis Cluster, whose client
+        refuses scripts in pipelines (their keys may live on different nodes), they are run here
+        and now, one by one, and add no command."""
         if self.core.cluster:
             done = [self(name, keys, args) for name, keys, args in calls]
-            return 0, lambda _replies: done
+            return trip.part(lambda _replies: done)
         for name in {name for name, _, _ in calls} - self._loaded:  # loaded first, so they run in their place
             self._client.script_load(script_source(name))
             self._loaded.add(name)
-        for name, keys, args in calls:
-            pipe.evalsha(self.core.sha(name), len(keys), *keys, *args)
 
-        def finish(replies: Sequence[Any]) -> list[Any]:
-            out = list(replies[: len(calls)])
+        def read(replies: list[Any]) -> list[Any]:
+            out = list(replies)
             for i, reply in enumerate(out):
                 if isinstance(reply, NoScriptError):
                     out[i] = self(*calls[i])
@@ -321,7 +318,10 @@ class Scripts(_ClientScripts):
                     raise reply
             return out
 
-        return len(calls), finish
+        part = trip.part(read)
+        for name, keys, args in calls:
+            part.evalsha(self.core.sha(name), len(keys), *keys, *args)
+        return part
 
 
 class AsyncScripts(_ClientScripts):
@@ -468,8 +468,8 @@ REPLIES_A_DEADLINE = 64
 
 class AsyncKeptConnection:
     """`KeptConnection` on asyncio, shared by the tasks of one loop (`layers.plumbing.steps.AsyncLane`:
-    a worker runtime's slots), its calls pipelined: a call is queued, what the queue holds is written
-    at once when the loop next turns, and the replies are read in their order by a reader of their
+    a worker runtime's slots), its calls pipelined: a call waits unsent, what waits is written at once
+    when the loop next turns, and the replies are read in their order by a reader of their
     own, while later calls are written (as ioredis's auto-pipelining does). So N tasks that call
     together cost one write and one wake-up of the loop, not N, and neither side waits for the
     other's batch: on asyncio what a call costs the client (a system call, a turn of the loop) is
@@ -493,7 +493,7 @@ class AsyncKeptConnection:
         return cls(pool, await pool.get_connection())
 
     def send(self, command: Send) -> asyncio.Future[Any]:
-        """``command`` queued; the future of its reply (a future, not a coroutine: one frame less a call)."""
+        """``command`` added to what waits unsent; the future of its reply (a future, not a coroutine: one frame less a call)."""
         future = asyncio.get_running_loop().create_future()
         self._unsent.append((command, future))
         if self._writing is None:
