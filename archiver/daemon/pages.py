@@ -42,7 +42,7 @@ class PageIntake:
 
     @property
     def waiting(self) -> int:
-        return self.pipeline.waiting
+        return self.pipeline.writes.waiting
 
     def read(self, block_ms: int) -> int:
         """Read new entries (waiting up to ``block_ms`` when no commit is due) and archive them.
@@ -63,7 +63,7 @@ class PageIntake:
         move or an outage that outlasted ``claim_idle_ms``; they are not poison)."""
         if not entries:
             return 0
-        awaiting = self.pipeline.awaiting_commit()
+        awaiting = self.pipeline.writes.awaiting_commit()
         limit = self.config.max_deliveries
         for entry in entries:
             if entry.deliveries > limit and entry.entry_id not in awaiting:
@@ -75,8 +75,8 @@ class PageIntake:
         if not ids:
             return 0
         handled = len(ids)
-        if self.pipeline.holds:  # claimed back while waiting here
-            awaiting = self.pipeline.awaiting_commit()
+        if self.pipeline.writes.holds:  # claimed back while waiting here
+            awaiting = self.pipeline.writes.awaiting_commit()
             if not awaiting.isdisjoint(ids):
                 keep = [entry_id not in awaiting for entry_id in ids]
                 ids, payloads = list(compress(ids, keep)), list(compress(payloads, keep))

@@ -493,7 +493,8 @@ class AsyncKeptConnection:
         return cls(pool, await pool.get_connection())
 
     def send(self, command: Send) -> asyncio.Future[Any]:
-        """``command`` added to what waits unsent; the future of its reply (a future, not a coroutine: one frame less a call)."""
+        """``command`` added to what waits unsent; the future of its reply (a future, not a coroutine:
+        one frame less a call)."""
         future = asyncio.get_running_loop().create_future()
         self._unsent.append((command, future))
         if self._writing is None:
