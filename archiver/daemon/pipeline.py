@@ -23,8 +23,7 @@ partition waiting for its commit is still found in the archive.
 Recovery is here too: a commit built and not run goes back to the buffer (`PageWrites.restore`);
 seals that could not be written take their pages' entries out of what waits for a commit
 (`PageWrites.writing`: never acknowledged, they are archived again); a commit's reply that names
-partitions counted already, a changed worker registry or a lost script is committed again in
-turn (`_settle`).
+partitions counted already or a changed worker registry is committed again in turn (`_settle`).
 
 Redis Cluster has no single connection to overlap on (`PageConnections.usable`): there a page is
 read, written and committed in turn, the commit when one is due.
@@ -37,7 +36,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-import redis
 import structlog
 
 from archiver.daemon.readahead import PageConnections
@@ -361,13 +359,14 @@ class WritePipeline:
 
     def _settle(self, sent: Uncommitted) -> None:
         """Read the reply of the commit sent with a read; commit again in turn if it found
-        partitions counted already, a changed worker registry, or no script (after SCRIPT FLUSH)."""
+        partitions counted already or a changed worker registry (a script the server lacked, after
+        SCRIPT FLUSH, is loaded and run again by `Scripts.reply`)."""
         assert self.reader is not None
         try:
             result = self.committer.result(self.reader.reply())
             if isinstance(result, list):
                 result = self.committer.commit(sent, already=set(result))
-        except (StaleWorkerNumbers, redis.exceptions.NoScriptError):
+        except StaleWorkerNumbers:
             try:
                 self.archive.workers.reload()
                 result = self.committer.commit(sent)

@@ -38,6 +38,14 @@ class QueueState:
     lag: int | None = None
 
 
+def _read(reply: Any) -> list[QueueEntry]:
+    """The entries of an XREADGROUP reply of one stream as redis-py parses it: [[stream, entries]],
+    or on RESP3 {stream: [entries]}."""
+    if not reply:
+        return []
+    return _entries(next(iter(reply.values()))[0] if isinstance(reply, dict) else reply[0][1])
+
+
 def _entries(raw: list[Any]) -> list[QueueEntry]:
     """Entries from redis-py's parsed form: (id, {field: value}); a deleted one has no fields."""
     return [_entry(entry_id, fields) for entry_id, fields in raw if fields is not None]
@@ -47,12 +55,6 @@ def _entry(entry_id: Any, fields: dict[Any, Any]) -> QueueEntry:
     """An entry from its id and fields (bytes or text, as the client decodes); the payload as bytes."""
     payload = fields.get(b"p", fields.get("p", b""))
     return QueueEntry(as_text(entry_id), payload.encode("utf-8") if isinstance(payload, str) else payload)
-
-
-def _page(reply: Any) -> list[QueueEntry]:
-    """Entries from an XREADGROUP reply as Redis sent it (`_raw_reads`)."""
-    ids, payloads = page_columns(reply)
-    return [QueueEntry(entry_id, payload) for entry_id, payload in zip(ids, payloads, strict=True)]
 
 
 def page_columns(reply: Any) -> tuple[list[str], list[bytes]]:
@@ -73,16 +75,6 @@ def page_columns(reply: Any) -> tuple[list[str], list[bytes]]:
                 ids.append(entry.entry_id)
                 payloads.append(entry.payload)
     return ids, payloads
-
-
-def _raw_reads(client: redis.Redis) -> redis.Redis | None:
-    """A client on the same connections whose XREADGROUP replies are left as Redis sent them, so
-    a page becomes entries in `_page` without redis-py's dict per entry; None on Redis Cluster."""
-    if isinstance(client, redis.RedisCluster):
-        return None
-    raw = redis.Redis(connection_pool=client.connection_pool)
-    raw.set_response_callback("XREADGROUP", lambda response, **_options: response)
-    return raw
 
 
 def _dead_letter_view(entry_id: Any, fields: dict[Any, Any]) -> dict[str, Any]:
@@ -114,7 +106,6 @@ class ArchiveQueue:
         self.group = ARCHIVER_GROUP
         self._scripts = Scripts.of(redis_client)
         self._claim_cursor = "0-0"
-        self._raw = _raw_reads(redis_client)
         self.letters = DeadLetters(redis_client, self.keys, self.group)
 
     def ensure_group(self) -> None:
@@ -128,23 +119,22 @@ class ArchiveQueue:
 
     def read_new(self, consumer: str, count: int, block_ms: int) -> list[QueueEntry]:
         """Entries never delivered, waiting up to ``block_ms`` for one (0: not at all; Redis's
-        own BLOCK 0 would wait forever)."""
+        own BLOCK 0 would wait forever). The archiver reads its pages so where it cannot read
+        them on a connection of its own (`archiver.daemon.readahead`: Redis Cluster)."""
         block = block_ms if block_ms > 0 else None
-        if self._raw is not None:
-            return _page(self._raw.xreadgroup(self.group, consumer, {self.keys.queue: ">"}, count=count, block=block))
         try:
             reply: Any = self.redis.xreadgroup(self.group, consumer, {self.keys.queue: ">"}, count=count, block=block)
         except redis.ResponseError as exc:
             if str(exc).startswith("UNBLOCKED"):  # the queue left this node meanwhile: a slot move (Redis 7.0)
                 return []
             raise
-        return _entries(reply[0][1]) if reply else []
+        return _read(reply)
 
     def read_own_pending(self, consumer: str, count: int) -> list[QueueEntry]:
         """Entries delivered to this consumer name before and never acknowledged, with their
         delivery counts (a re-read counts as a delivery)."""
         reply: Any = self.redis.xreadgroup(self.group, consumer, {self.keys.queue: "0"}, count=count)
-        return self._with_deliveries(_entries(reply[0][1]) if reply else [], consumer)
+        return self._with_deliveries(_read(reply), consumer)
 
     def take_over(self, consumer: str, min_idle_ms: int, count: int) -> list[QueueEntry]:
         """Claim entries another consumer left unacknowledged for ``min_idle_ms`` (XAUTOCLAIM), with

@@ -10,7 +10,9 @@ node never saw it sent whole (EVAL) on Redis Cluster; every run on Redis Cluster
 its slot moves (`layers.plumbing.slot_moves.riding_out`); and an error Redis answers with
 ``user_script:N`` named by the file and line of the script's own source (`located`). `Scripts`
 drives those steps blocking, `AsyncScripts` awaits them: the two differ in nothing else. Here too,
-on a blocking client: several scripts in one round trip (`Scripts.run_many`, `Scripts.add_calls`).
+on a blocking client: several scripts in one round trip (`Scripts.run_many`, `Scripts.add_calls`),
+and a call sent on a `KeptConnection` whose reply is read later (`Scripts.send`, `Scripts.reply`: the
+archiver's commit, sent with a page's reads).
 
 The worker's hot path pays nothing for this: a driver sends `ScriptCore.first` itself and hands
 the steps only the error it got, if any. On asyncio, a read-only script's first command goes on a
@@ -260,11 +262,6 @@ class Scripts(_ClientScripts):
         super().__init__(client)
         self._loaded: set[str] = set()  # loaded by `add_calls` (the server may have lost them since)
 
-    def sha(self, name: str) -> str:
-        """The SHA1 of a script, for a caller that sends ``EVALSHA`` itself (and runs the call again
-        through `__call__`, which loads the script, if the server answers ``NOSCRIPT``)."""
-        return self.core.sha(name)
-
     def __call__(self, name: str, keys: list[str], args: list[Any], *, on: KeptConnection | None = None) -> Any:
         """Run script ``name``; with ``on``, its first command goes on that kept connection instead of
         through the client."""
@@ -277,6 +274,25 @@ class Scripts(_ClientScripts):
                 return getattr(self._client, first.method)(*first.args)
             except Exception as exc:  # the core's steps take it from here
                 failed = exc
+        return drive(self.core.steps(name, keys, args, failed), self._perform)
+
+    def send(self, name: str, keys: list[str], args: list[Any], *, on: KeptConnection) -> None:
+        """Send script ``name``'s first command on ``on`` without reading its reply: `reply`, with the
+        same call, reads it (after the replies of what was sent on ``on`` before). Not on Redis
+        Cluster, which has no one connection to a script's keys."""
+        first = self.core.first(name, keys, args)
+        if first is None:
+            raise RuntimeError("a script is sent on a kept connection only to one server")
+        on.write(first)
+
+    def reply(self, name: str, keys: list[str], args: list[Any], *, on: KeptConnection) -> Any:
+        """The reply of the call `send` sent on ``on``; an error it answered is handled as a call's
+        is (`__call__`): the script loaded and run again where the server lacks it, a script's
+        error named by its file and line."""
+        try:
+            return on.read()
+        except Exception as exc:  # the core's steps take it from here
+            failed = exc
         return drive(self.core.steps(name, keys, args, failed), self._perform)
 
     def _perform(self, step: Any) -> Any:
@@ -413,7 +429,7 @@ class ReadLane:
             return await self._usual(command)
         try:
             async with asyncio.timeout(self._deadline):
-                await conn.send_packed_command(conn.pack_command(command.method.upper(), *command.args), False)
+                await conn.send_packed_command(_packed(conn, command), False)
                 return await conn.read_response()
         except _CUT_SHORT:
             pass  # closed by redis-py, which connects it again when next used: sent again the usual way
@@ -455,8 +471,21 @@ class KeptConnection:
         self.conn = pool.get_connection()
 
     def send(self, command: Send) -> Any:
-        self.conn.send_packed_command(_packed(self.conn, command), False)
+        self.write(command)
         return self.conn.read_response()
+
+    def write(self, command: Send) -> None:
+        """Send ``command`` without reading its reply (`read` reads the replies in the order sent)."""
+        self.conn.send_packed_command(_packed(self.conn, command), False)
+
+    def read(self, *, raw: bool = False) -> Any:
+        """The next reply; ``raw``: bytes left undecoded, whatever the client decodes."""
+        return self.conn.read_response(disable_decoding=True) if raw else self.conn.read_response()
+
+    def drop(self) -> None:
+        """Close the connection (a reply may be on its way that nobody is to read) and give it back."""
+        self.conn.disconnect()
+        self.pool.release(self.conn)
 
     def close(self) -> None:
         self.pool.release(self.conn)
