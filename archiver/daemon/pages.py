@@ -41,8 +41,9 @@ class PageIntake:
         return self.pipeline.read_wait_s
 
     @property
-    def waiting(self) -> int:
-        return self.pipeline.writes.waiting
+    def uncommitted(self) -> int:
+        """Entries read and not committed yet."""
+        return self.pipeline.writes.uncommitted
 
     def read(self, block_ms: int) -> int:
         """Read new entries (waiting up to ``block_ms`` when no commit is due) and archive them.
@@ -75,7 +76,7 @@ class PageIntake:
         if not ids:
             return 0
         handled = len(ids)
-        if self.pipeline.writes.holds:  # claimed back while waiting here
+        if self.pipeline.writes.any_uncommitted:  # claimed back while waiting here
             awaiting = self.pipeline.writes.awaiting_commit()
             if not awaiting.isdisjoint(ids):
                 keep = [entry_id not in awaiting for entry_id in ids]
@@ -95,17 +96,17 @@ class PageIntake:
         self.dead_lettered += 1
         log.error("dead-lettered queue entry", entry=entry.entry_id, reason=reason)
 
-    def commit_if_due(self) -> None:
+    def flush_if_due(self) -> None:
         if self.pipeline.commit_buffer.due():
-            self.commit()
+            self.flush()
 
-    def commit(self) -> None:
-        """Commit everything waiting now (on failure it stays waiting): the queue has run dry, or
-        the archiver stops. A page read ahead is archived first: delivered here, it is this
+    def flush(self) -> None:
+        """Commit everything waiting now (`WritePipeline.flush`; on failure it stays waiting): the
+        queue has run dry, or the archiver stops. A page read ahead is archived first: delivered here, it is this
         archiver's to finish."""
         if self.pipeline.prefetched:
             self._archive(*self.pipeline.take_prefetched())
-        self.pipeline.commit()
+        self.pipeline.flush()
 
     def close(self) -> None:
         self.pipeline.close()

@@ -155,12 +155,12 @@ class PageWrites:
             self.buffer.restore(pending)
             raise
 
-    def hold(self, built: Built, stage: CommitStage) -> None:
+    def keep(self, built: Built, stage: CommitStage) -> None:
         """Keep a commit built, BUILT or DUE."""
         self._commit, self.stage = built, stage
 
     def take_built(self) -> Built | None:
-        """The commit BUILT, if any, taken out (the caller holds it DUE or gives it back)."""
+        """The commit BUILT, if any, taken out (the caller keeps it DUE or gives it back)."""
         if self.stage is not CommitStage.BUILT:
             return None
         built, self._commit, self.stage = self._commit, None, CommitStage.NONE
@@ -199,33 +199,37 @@ class PageWrites:
 
     # what waits
 
-    def _held(self) -> Uncommitted | None:
+    def _kept(self) -> Uncommitted | None:
         return self._commit[0] if self._commit is not None and self.stage is not CommitStage.SENT else None
 
     def awaiting_commit(self) -> set[str]:
         """Ids of the entries read here and waiting for their commit (buffered, or in a commit built)."""
         awaiting = self.buffer.buffered_ids() if self.buffer.buffered else set()
-        held = self._held()
-        if held is not None:
-            awaiting.update(held.entry_ids)
+        kept = self._kept()
+        if kept is not None:
+            awaiting.update(kept.entry_ids)
         return awaiting
 
     @property
-    def holds(self) -> bool:
+    def any_uncommitted(self) -> bool:
         """Whether any entry waits here for its commit (no round trip, no set built)."""
-        return bool(self.buffer.buffered or self._held())
+        return bool(self.buffer.buffered or self._kept())
 
     @property
-    def waiting(self) -> int:
+    def uncommitted(self) -> int:
         """Entries read and not committed yet (buffered, or in a commit built and not sent)."""
-        held = self._held()
-        return self.buffer.buffered + (len(held) if held is not None else 0)
+        kept = self._kept()
+        return self.buffer.buffered + (len(kept) if kept is not None else 0)
 
 
 class WritePipeline:
     """The write plan of an archiver's pages: `read`, then `write` (each good page), then
-    `finish` (or `abandon` when handling the page failed); `commit` when the queue runs dry or
-    the archiver stops. ``skipping``: whether a critical backlog has batch tiers store unsealed."""
+    `finish` (or `abandon` when handling the page failed); `flush` when the queue runs dry or
+    the archiver stops. ``skipping``: whether a critical backlog has batch tiers store unsealed.
+
+    Two words, one thing each: a *commit* is one run of the commit script (`layers.archive.commit`)
+    over what it takes from the buffer; to *flush* is to write the seals deferred and commit
+    everything waiting, now (`flush`, `CommitBuffer.flush`, the daemon's ``flush`` at its stop)."""
 
     def __init__(self, ns: Namespace, consumer: str, skipping: Callable[[], bool]) -> None:
         self.archive = ns.archive
@@ -267,7 +271,7 @@ class WritePipeline:
             self.writes.give_back(built)
             raise
         if built is not None:
-            self.writes.hold(built, CommitStage.DUE)
+            self.writes.keep(built, CommitStage.DUE)
         return ids, payloads
 
     def write(self, entry_ids: list[str], cols: Columns) -> None:
@@ -292,11 +296,11 @@ class WritePipeline:
 
     def finish(self) -> None:
         """The page is handled: the commit due with it goes out if it has not, its reply is read,
-        and the next commit is built (sent with the next page's reads), or run now if the queue
-        has run dry."""
+        and the next commit is built (sent with the next page's reads), or everything waiting is
+        flushed now if the queue has run dry."""
         if self.reader is None:
             if self.commit_buffer.due():
-                self.commit()
+                self.flush()
             return
         built: Built | None = None
         now = False
@@ -314,9 +318,9 @@ class WritePipeline:
                 self.writes.give_back(built)
                 raise
         if built is not None:
-            self.writes.hold(built, CommitStage.BUILT)
+            self.writes.keep(built, CommitStage.BUILT)
         if now:
-            self.commit()
+            self.flush()
 
     def abandon(self) -> None:
         """End the page in hand: a commit not sent yet goes back to the buffer (nothing of it
@@ -326,7 +330,7 @@ class WritePipeline:
         if sent is not None:
             self._settle(sent)
 
-    def commit(self) -> None:
+    def flush(self) -> None:
         """Write the seals deferred and do their bookkeeping, then commit everything waiting, in
         turn (on failure it stays waiting). A page read ahead must be handled before (`take_prefetched`)."""
         self.writes.write_now()

@@ -231,11 +231,11 @@ class ArchiveLayer:
         records its staging holds now (read in the same round trip)."""
         trip = RoundTrip.on(self.redis)
         batches = self._add_stage(trip, parts)
-        held = trip.part(raised)
+        sizes = trip.part(raised)
         for batch_no in batches:
-            held.hlen(self.keys.staging(batch_no))
+            sizes.hlen(self.keys.staging(batch_no))
         trip.run()
-        return {b: int(n) for b, n in zip(batches, held.value, strict=True)}
+        return {b: int(n) for b, n in zip(batches, sizes.value, strict=True)}
 
     def _add_stage(self, trip: RoundTrip, parts: Sequence[ArchivedPartition | ElkRecord]) -> list[int]:
         """Add to ``trip`` the staging of records (an HSET per batch, then one ZADD noting the

@@ -31,8 +31,8 @@ class QueueEntry(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class QueueState:
     length: int
-    pending: int
-    oldest_pending_age_s: float
+    pending: int  # entries delivered and unacknowledged (named as XPENDING and `status` name them)
+    oldest_pending_age_s: float  # of the oldest unacknowledged entry
     consumers: int
     dead_letters: int
     lag: int | None = None
@@ -130,7 +130,7 @@ class ArchiveQueue:
             raise
         return _read(reply)
 
-    def read_own_pending(self, consumer: str, count: int) -> list[QueueEntry]:
+    def read_own_unacknowledged(self, consumer: str, count: int) -> list[QueueEntry]:
         """Entries delivered to this consumer name before and never acknowledged, with their
         delivery counts (a re-read counts as a delivery)."""
         reply: Any = self.redis.xreadgroup(self.group, consumer, {self.keys.queue: "0"}, count=count)
@@ -139,7 +139,7 @@ class ArchiveQueue:
     def take_over(self, consumer: str, min_idle_ms: int, count: int) -> list[QueueEntry]:
         """Claim entries another consumer left unacknowledged for ``min_idle_ms`` (XAUTOCLAIM), with
         their delivery counts. The scan cursor is kept between calls, so every idle entry is reached
-        however many stay pending before it."""
+        however many stay unacknowledged before it."""
         reply: Any = self.redis.xautoclaim(
             self.keys.queue, self.group, consumer, min_idle_time=min_idle_ms, start_id=self._claim_cursor, count=count
         )
@@ -152,7 +152,7 @@ class ArchiveQueue:
 
     @property
     def claim_scan_done(self) -> bool:
-        """Whether the last `take_over` reached the end of the pending entries."""
+        """Whether the last `take_over` reached the end of the unacknowledged entries."""
         return self._claim_cursor == "0-0"
 
     def _with_deliveries(self, entries: list[QueueEntry], consumer: str) -> list[QueueEntry]:
@@ -214,9 +214,9 @@ class ArchiveQueue:
 def queue_state_from(length: int, pending: Any, dead: int) -> QueueState:
     """A `QueueState` from the stream's length, its XPENDING summary and the dead letters' length.
     Entries are deleted when acknowledged, so the stream holds exactly those not yet archived: the
-    ones not delivered yet are its length less the pending ones (XINFO's own lag is unknown after
+    ones not delivered yet are its length less the unacknowledged ones (XINFO's own lag is unknown after
     deletions and after a restart). Before the group exists (XPENDING answered an error) nothing is
-    pending and the lag is unknown."""
+    unacknowledged and the lag is unknown."""
     if not isinstance(pending, dict):
         return QueueState(length, 0, 0.0, 0, dead)
     count = int(pending["pending"])
