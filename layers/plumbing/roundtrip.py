@@ -34,6 +34,8 @@ class Part(Generic[T]):
         self.value: T
 
     def __getattr__(self, name: str) -> Callable[..., Part[T]]:
+        if name in Part.__slots__:  # `value` before the round trip ran
+            raise AttributeError(f"{name} is not known until the round trip has run")
         method = getattr(self._trip.commands, name)
         at, length = self._at, self._trip.length
 
