@@ -35,11 +35,12 @@ from codec.validate import check_partition_id
 from layers import ArchiveLayer, KeySchema, TierPolicy
 from layers.archive.cold_store import ColdReads
 from layers.archive.shelves import StoredBatch, add_shelf_reads
-from layers.archive.workers import WorkerNumbers
+from layers.archive.workers import RegistryReader
 from layers.errors import ColdFileDamaged, ColdStoreUnavailable
 from layers.keys import is_cluster_client
 from layers.plumbing.meta import StoredBatchSize, typed_steps
 from layers.plumbing.replies import as_text
+from layers.plumbing.roundtrip import RoundTrip
 from layers.plumbing.steps import AsyncClient, AsyncIO, Batch, Call, Script, Steps, SyncIO, awaiting, blocking
 from stats.reader import RangeSummaries
 
@@ -128,7 +129,7 @@ class RouterCore:
         keys: KeySchema,
         policy: TierPolicy,
         batch_sizes: StoredBatchSize,
-        workers: WorkerNumbers,
+        workers: RegistryReader,
         summary_lookup: SummaryLookup | None,
         *,
         scripted: bool,
@@ -228,10 +229,12 @@ class RouterCore:
             batch.hget(k.archive_meta, "batch_size")
             batch.getrange(k.cold_map, 4 * batch_no, 4 * batch_no + 3)
             batch.hget(k.archive_meta, "cold_store")
-            parse = add_shelf_reads(batch, k, [batch_no])
+            trip = RoundTrip(batch)
+            shelf = add_shelf_reads(trip, k, [batch_no])
             replies = yield batch
+            trip.hand(replies)
             stored_size, cold_entry, cold_store = replies[8:11]
-            stored = parse(replies[11:])[batch_no]
+            stored = shelf.value[batch_no]
         active, indexed, simple, staged, done, newest, retention, generation = replies[:8]
         size = self.batch_sizes.read(stored_size)
         cold_file = int.from_bytes(cold_entry, "big") if cold_entry and len(cold_entry) == 4 else 0
@@ -333,12 +336,12 @@ class AsyncQueryRouter(RouterCore):
         self.redis = redis_client
         self._io = AsyncIO(redis_client)
         keys = KeySchema.of(namespace, cluster, client=redis_client)
-        workers: WorkerNumbers
+        workers: RegistryReader
         if archive is not None:
             policy, batch_sizes, workers = archive.policy, archive.batch_sizes, archive.workers
         else:
             policy = policy or TierPolicy()
-            batch_sizes, workers = StoredBatchSize(keys.archive_meta, policy.batch_size), WorkerNumbers(keys)
+            batch_sizes, workers = StoredBatchSize(keys.archive_meta, policy.batch_size), RegistryReader(keys)
         scripted = not is_cluster_client(redis_client)
         cold = cold or ColdReads(None, keys.namespace)
         super().__init__(

@@ -24,7 +24,7 @@ from codec.redact import redact_text
 from layers import KeySchema, Tier, TierPolicy
 from layers.active.planning import LEADER_READS, LeaderView, leader_reads, leader_view_from
 from layers.active.presence import WorkerPresence, presence_from
-from layers.active.reads import COUNTED, counts_from, queue_counts
+from layers.active.reads import COUNTED, add_counts
 from layers.archive.cold import COLD_FIELDS
 from layers.archive.queue import QueueState, queue_state_from
 from layers.archive.transitions import MOVE_FIELDS, TransitionState, transition_from
@@ -34,6 +34,7 @@ from layers.control.switch import ArchivalState, parse_state
 from layers.keys import ARCHIVER_GROUP
 from layers.plumbing.meta import is_wrong_type, stored_int, stored_tier, wrong_type_error
 from layers.plumbing.replies import as_text
+from layers.plumbing.roundtrip import RoundTrip
 from stats.progress import JobProgress, job_progress, parse_samples
 from stats.reader import degraded_view, rollup_reads, rollup_view
 
@@ -155,8 +156,8 @@ class SnapshotReader:
         Raises `PartArchiveError` subclasses for data partarchive did not write."""
         k = self.keys
         clustered = isinstance(self.redis, redis.RedisCluster)  # whose pipelines refuse TIME: asked apart
-        pipe = self.redis.pipeline(transaction=False)
-        queue_counts(pipe, k)
+        trip = RoundTrip.on(self.redis)
+        counts, pipe = add_counts(trip, k), trip.commands
         pipe.hlen(k.active)
         pipe.zcard(k.unreadable)
         pipe.xlen(k.queue)
@@ -191,7 +192,8 @@ class SnapshotReader:
                 raise wrong_type_error(self.redis, k)
             if isinstance(reply, Exception) and i != xpending:  # an error there: no group yet
                 raise reply
-        by_status = counts_from(replies[: len(COUNTED)])
+        trip.hand(replies)
+        by_status = counts.value
         server_now = server_time(self.redis) if clustered else _unix(replies[mine - 1])
         return self._parse(by_status, server_now, replies[len(COUNTED) : mine], replies[mine:] if rollups else None)
 

@@ -6,7 +6,7 @@ import zstandard
 
 from bench.report import median, sample_us, table
 from bench.workload import standard_workload
-from codec import WorkerMap, decode_blob, encode_blob, encode_text
+from codec import WorkerNumbering, decode_blob, encode_blob, encode_text
 from codec.framing import ZSTD_LEVEL
 
 TARGET_BYTES = 4.0
@@ -18,7 +18,7 @@ def run(batches: int = 200) -> tuple[str, bool]:
     ok = True
     for size in (100, 1000):
         records = list(standard_workload(size * batches))
-        workers = WorkerMap({i: f"worker{i}" for i in range(1, 33)})
+        workers = WorkerNumbering({i: f"worker{i}" for i in range(1, 33)})
         chunks = [records[i : i + size] for i in range(0, len(records), size)]
         text_bytes = sum(len(encode_text(c, workers).encode()) for c in chunks)
         zctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL)

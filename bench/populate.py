@@ -17,7 +17,7 @@ import redis
 
 from codec import ArchivedPartition, encode_blob, encode_text
 from codec.framing import SHELF_SLOTS, pack_shelf, shelved, unpack_shelf
-from layers import KeySchema, TierPolicy, WorkerRegistry
+from layers import KeySchema, TierPolicy, WorkerRegistrar
 
 PIPELINE = 2000
 
@@ -69,7 +69,7 @@ def write_simple(client: redis.Redis, keys: KeySchema, parts: Iterable[ArchivedP
 def write_text_batches(
     client: redis.Redis, keys: KeySchema, parts: Iterable[ArchivedPartition], batch_size: int
 ) -> None:
-    registry = WorkerRegistry(client, keys)
+    registry = WorkerRegistrar(client, keys)
     for batches in _chunks_of_batches(parts, batch_size):
         pipe = client.pipeline(transaction=False)
         for batch_no, records in batches:
@@ -87,7 +87,7 @@ def write_compressed(
     *,
     expire: bool = False,
 ) -> int:
-    registry = WorkerRegistry(client, keys)
+    registry = WorkerRegistrar(client, keys)
     total = max_pid = 0
     for batches in _chunks_of_batches(parts, policy.batch_size, SHELF_SLOTS):
         pipe = client.pipeline(transaction=False)

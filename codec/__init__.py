@@ -4,7 +4,7 @@ from codec.errors import DecodeError, PartArchiveError, ValidationError
 from codec.framing import Codec, blob_codec, blob_record_count, decode_blob, encode_blob, find_in_blob
 from codec.record import ACTIVE_STATUSES, ArchivedPartition, PartitionInfo, Status
 from codec.text import decode_text, encode_text
-from codec.workers import WorkerMap
+from codec.workers import WorkerNumbering
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -15,7 +15,7 @@ __all__ = [
     "PartitionInfo",
     "Status",
     "ValidationError",
-    "WorkerMap",
+    "WorkerNumbering",
     "blob_codec",
     "blob_record_count",
     "decode_blob",

@@ -48,7 +48,7 @@ from codec.packing import (
 )
 from codec.record import ArchivedPartition
 from codec.validate import MAX_DURATION, MAX_ID, MAX_INT64, MAX_TIMESTAMP, MIN_INT64
-from codec.workers import WorkerMap
+from codec.workers import WorkerNumbering
 
 _FLAG_PREDICTED_MIN = 1
 _FLAG_SIGNED_FIRST_MIN = 2
@@ -60,7 +60,7 @@ _MAX_GUESS = 2**62
 MAX_RECORDS = 1_000_000
 
 
-def encode_columns(records: Sequence[ArchivedPartition], workers: WorkerMap) -> bytes:
+def encode_columns(records: Sequence[ArchivedPartition], workers: WorkerNumbering) -> bytes:
     if not records:
         raise ValidationError("a batch needs at least one record")
     if len(records) > MAX_RECORDS:
@@ -197,7 +197,7 @@ class RowFilter(NamedTuple):
 _NO_ROWS = RowColumns([], [], [], [], [], [])
 
 
-def decode_columns(buf: bytes, workers: WorkerMap) -> list[ArchivedPartition]:
+def decode_columns(buf: bytes, workers: WorkerNumbering) -> list[ArchivedPartition]:
     """Decode a payload; anything malformed or out of range is a `DecodeError`."""
     cols = payload_columns(read_head(buf))
     table = workers.lookup_table()
@@ -332,7 +332,7 @@ def _mins(head: PayloadHead, pids: list[int], pid_deltas: list[int], spans: list
     return [first_min, *head.min_col.all()]
 
 
-def find_in_columns(buf: bytes, workers: WorkerMap, pid: int) -> ArchivedPartition | None:
+def find_in_columns(buf: bytes, workers: WorkerNumbering, pid: int) -> ArchivedPartition | None:
     """The record of partition ``pid`` in a payload (None if it holds none), reading only what
     that record needs where the format allows: the query router's one-record decode. The
     payload's structure is checked as `decode_columns` checks it; value ranges only for the
@@ -340,7 +340,7 @@ def find_in_columns(buf: bytes, workers: WorkerMap, pid: int) -> ArchivedPartiti
     return find_in_head(read_head(buf), workers, pid)
 
 
-def find_in_head(head: PayloadHead, workers: WorkerMap, pid: int) -> ArchivedPartition | None:
+def find_in_head(head: PayloadHead, workers: WorkerNumbering, pid: int) -> ArchivedPartition | None:
     """`find_in_columns` on a payload's head as `read_head` read it."""
     i = _index_of(head, pid)
     if i is None:

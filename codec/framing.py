@@ -64,7 +64,7 @@ from codec.errors import DecodeError, ValidationError
 from codec.packing import get_uvarint
 from codec.record import ArchivedPartition
 from codec.text import decode_text, encode_text
-from codec.workers import WorkerMap
+from codec.workers import WorkerNumbering
 
 MAGIC = b"\xa7P"
 FORMAT_VERSION = 1
@@ -109,7 +109,11 @@ def _frame(codec: Codec, payload: bytes) -> bytes:
 
 
 def encode_blob(
-    records: Sequence[ArchivedPartition], workers: WorkerMap, *, fmt: str = "columnar", compress: bool | None = None
+    records: Sequence[ArchivedPartition],
+    workers: WorkerNumbering,
+    *,
+    fmt: str = "columnar",
+    compress: bool | None = None,
 ) -> bytes:
     """Encode a batch. ``fmt`` is "columnar" (default) or "text"; ``compress=None`` keeps the smaller."""
     if fmt == "columnar":
@@ -146,7 +150,7 @@ def blob_codec(blob: bytes) -> Codec:
     return codec
 
 
-def decode_blob(blob: bytes, workers: WorkerMap) -> list[ArchivedPartition]:
+def decode_blob(blob: bytes, workers: WorkerNumbering) -> list[ArchivedPartition]:
     codec, payload = _payload(blob)
     try:
         if codec.columnar:
@@ -158,7 +162,7 @@ def decode_blob(blob: bytes, workers: WorkerMap) -> list[ArchivedPartition]:
         raise DecodeError(f"invalid {codec.name.lower()} payload: {exc}") from None
 
 
-def find_in_blob(blob: bytes, workers: WorkerMap, pid: int) -> ArchivedPartition | None:
+def find_in_blob(blob: bytes, workers: WorkerNumbering, pid: int) -> ArchivedPartition | None:
     """Partition ``pid``'s record in a blob, or None: `decode_blob` for one record, building only
     that record in the columnar formats (see `codec.columnar.find_in_columns`), from the blob's
     head as `HEADS` keeps it."""
@@ -174,7 +178,7 @@ def find_in_blob(blob: bytes, workers: WorkerMap, pid: int) -> ArchivedPartition
         raise DecodeError(f"invalid {blob_codec(blob).name.lower()} payload: {exc}") from None
 
 
-def blob_rows(blob: bytes, workers: WorkerMap, keep: RowFilter | None = None) -> RowColumns:
+def blob_rows(blob: bytes, workers: WorkerNumbering, keep: RowFilter | None = None) -> RowColumns:
     """The records of a blob that ``keep`` keeps (every one without it), as columns whose workers
     are numbered as ``workers`` numbers them: a search's read of a sealed batch. The columns a
     filter needs are decoded first (`codec.columnar.select_columns`); the head is not kept in

@@ -2,7 +2,7 @@
 
 Records are joined by commas. ``min_id``/``max_id`` are signed 64-bit, so a negative range
 reads ``P7:-3000--2001:w1:...`` (the separating ``-`` is followed by the sign). Worker IDs go
-through a `WorkerMap`, so an ID containing ``:`` or ``,`` cannot break the format. Numbers are
+through a `WorkerNumbering`, so an ID containing ``:`` or ``,`` cannot break the format. Numbers are
 canonical decimals (no leading zeros, a sign only on negative ids), so every text decodes to one
 batch and encodes back to the same text.
 """
@@ -14,14 +14,14 @@ from collections.abc import Sequence
 
 from codec.errors import DecodeError, ValidationError
 from codec.record import ArchivedPartition
-from codec.workers import WorkerMap
+from codec.workers import WorkerNumbering
 
 _NUM = r"(0|[1-9][0-9]{0,19})"
 _SNUM = r"(0|-?[1-9][0-9]{0,18})"
 _RECORD = re.compile(rf"P{_NUM}:{_SNUM}-{_SNUM}:w([1-9][0-9]{{0,9}}):{_NUM}:{_NUM}")
 
 
-def encode_text(records: Sequence[ArchivedPartition], workers: WorkerMap) -> str:
+def encode_text(records: Sequence[ArchivedPartition], workers: WorkerNumbering) -> str:
     if not records:
         raise ValidationError("a batch needs at least one record")
     return ",".join(
@@ -30,7 +30,7 @@ def encode_text(records: Sequence[ArchivedPartition], workers: WorkerMap) -> str
     )
 
 
-def decode_text(text: str, workers: WorkerMap) -> list[ArchivedPartition]:
+def decode_text(text: str, workers: WorkerNumbering) -> list[ArchivedPartition]:
     if not isinstance(text, str):
         raise DecodeError("text batch must be a str")
     if not text:

@@ -12,7 +12,7 @@ from codec.validate import check_int, check_worker_id
 MAX_SHORT_ID = 2**32 - 1
 
 
-class WorkerMap:
+class WorkerNumbering:
     """Stable, reversible numbering of worker IDs, from 1 upwards."""
 
     __slots__ = ("_by_id", "_by_short")
@@ -57,7 +57,7 @@ class WorkerMap:
         return worker_id in self._by_id
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, WorkerMap) and self._by_short == other._by_short
+        return isinstance(other, WorkerNumbering) and self._by_short == other._by_short
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -69,7 +69,7 @@ class WorkerMap:
         return orjson.dumps({str(k): v for k, v in sorted(self._by_short.items())})
 
     @classmethod
-    def from_json(cls, raw: bytes | str) -> WorkerMap:
+    def from_json(cls, raw: bytes | str) -> WorkerNumbering:
         try:
             data = orjson.loads(raw)
             if not isinstance(data, dict):

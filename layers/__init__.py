@@ -7,7 +7,7 @@ from layers.archive.layer import ArchiveLayer
 from layers.archive.queue import ArchiveQueue, QueueEntry, QueueState
 from layers.archive.tiers import Tier, TierPolicy
 from layers.archive.transitions import migrate_step
-from layers.archive.workers import WorkerRegistry
+from layers.archive.workers import WorkerRegistrar
 from layers.errors import (
     CorruptMetadata,
     InvalidTransition,
@@ -45,7 +45,7 @@ __all__ = [
     "Tier",
     "TierPolicy",
     "VersionConflict",
-    "WorkerRegistry",
+    "WorkerRegistrar",
     "WrongKeyType",
     "migrate_step",
 ]

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import redis
 
-from codec import ValidationError, WorkerMap
+from codec import ValidationError, WorkerNumbering
 from codec.page import Columns
 from layers import ArchiveLayer, KeySchema
 from layers.archive.commit import DEFAULT_FLUSH_COUNT, DEFAULT_FLUSH_INTERVAL_S, CommitBuffer, Committer
@@ -44,7 +44,7 @@ class CommitRollups:
             )
 
     def segments(
-        self, cols: Columns, workers: WorkerMap, now: int, first_key: int
+        self, cols: Columns, workers: WorkerNumbering, now: int, first_key: int
     ) -> tuple[list[str], list[str | int]]:
         return rollup_segments(cols, self.keys, self.range_width, now, workers, first_key)
 

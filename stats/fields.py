@@ -2,7 +2,7 @@
 
 A range hash holds a worker's count, summed duration and processed data of that range. There
 is one range hash per 1,000 partitions, so the names of these fields are paid for a thousand
-times per million partitions: they name the worker by its registry number (`WorkerRegistry`,
+times per million partitions: they name the worker by its registry number (`WorkerRegistrar`,
 the numbering the batch blobs use), ``#12c``, ``#12d``, ``#12p``, not by its ID.
 
 Earlier versions wrote ``{worker_id}:c`` / ``:d`` / ``:p``; those are still read, and a range

@@ -8,10 +8,11 @@ import redis
 
 from codec import DecodeError
 from layers import KeySchema
-from layers.active.reads import COUNTED, counts_from, queue_counts
+from layers.active.reads import COUNTED, add_counts
 from layers.archive.scan import Queue, command
 from layers.plumbing.meta import is_wrong_type, stored_int, stored_tier, wrong_type_error
 from layers.plumbing.replies import as_text
+from layers.plumbing.roundtrip import RoundTrip
 from layers.plumbing.steps import Batch, Steps, SyncIO, one
 from stats.compaction import COARSE, coarse_of, merge_fields
 from stats.fields import KINDS, by_worker_id, per_worker, worker_ids
@@ -171,8 +172,8 @@ class StatsReader(RangeSummaries):
         ``degraded`` set and the reason in ``error``.
         """
         k = self.keys
-        pipe = self.redis.pipeline(transaction=False)
-        queue_counts(pipe, k)
+        trip = RoundTrip.on(self.redis)
+        counts, pipe = add_counts(trip, k), trip.commands
         rollup_reads(pipe, k)
         pipe.hmget(k.archive_meta, ["total", "tier"])
         replies = pipe.execute(raise_on_error=False)
@@ -182,7 +183,8 @@ class StatsReader(RangeSummaries):
                 raise wrong_type_error(self.redis, k)
             if isinstance(reply, Exception):
                 raise reply
-        active = counts_from(counted)
+        trip.hand(counted)
+        active = counts.value
         try:
             meta = _checked(replies[2])
             archive = {

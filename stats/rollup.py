@@ -14,7 +14,7 @@ from functools import lru_cache
 from itertools import groupby
 from operator import sub
 
-from codec import ArchivedPartition, ValidationError, WorkerMap
+from codec import ArchivedPartition, ValidationError, WorkerNumbering
 from codec.page import Columns
 from layers import KeySchema
 from stats.fields import id_names, numbered_names
@@ -86,7 +86,7 @@ def add_partitions(
     parts: Sequence[ArchivedPartition] | Columns,
     keys: KeySchema,
     range_width: int,
-    numbers: WorkerMap | None,
+    numbers: WorkerNumbering | None,
     minutes_from: int = 0,
 ) -> None:
     """Add every rollup update that ``parts`` imply (global, worker, range, day, and minute for
@@ -207,7 +207,7 @@ def add_partitions(
         builder.add(keys.stats_day(_day_name(day)), f"w:{worker}", n)
 
 
-def _range_field_names(worker_ids: set[str], numbers: WorkerMap | None) -> dict[str, tuple[str, str, str]]:
+def _range_field_names(worker_ids: set[str], numbers: WorkerNumbering | None) -> dict[str, tuple[str, str, str]]:
     if numbers is None:
         return {w: id_names(w) for w in worker_ids}
     names = {}
@@ -229,7 +229,7 @@ def rollup_segments(
     keys: KeySchema,
     range_width: int,
     now: int,
-    numbers: WorkerMap,
+    numbers: WorkerNumbering,
     first_key: int = 0,
 ) -> tuple[list[str], list[str | int]]:
     """The commit's statistics keys and segments for ``parts``; ``numbers`` (the registry's)

@@ -25,6 +25,7 @@ from codec.elk import as_archived, parse_archived
 from layers import ArchiveLayer, KeySchema, TierPolicy
 from layers.plumbing.meta import stored_int
 from layers.plumbing.replies import as_text
+from layers.plumbing.roundtrip import RoundTrip, raised
 from layers.plumbing.slot_moves import run_transaction
 from stats.compaction import coarse_of, merge_fields
 from stats.fields import by_worker_id, to_numbered, worker_ids
@@ -149,13 +150,14 @@ class StatsChecker:
         found: dict[int, ArchivedPartition],
     ) -> None:
         """The indexed partitions of these batches (staged and sealed) into ``found``."""
-        pipe = self.redis.pipeline(transaction=False)
+        trip = RoundTrip.on(self.redis)
+        staging = trip.part(raised)
         for b in numbers:
-            pipe.hvals(self.keys.staging(b))
-        parse = self.archive.shelves.add_reads(pipe, numbers, repair=repair)
-        replies = pipe.execute()
-        stored = parse(replies[len(numbers) :])
-        for b, staged in zip(numbers, replies, strict=False):
+            staging.hvals(self.keys.staging(b))
+        shelves = self.archive.shelves.add_reads(trip, numbers, repair=repair)
+        trip.run()
+        stored = shelves.value
+        for b, staged in zip(numbers, staging.value, strict=True):
             if stored[b].damaged:
                 report.undecodable_batches.append(b)
             for blob in stored[b].blobs:

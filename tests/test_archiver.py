@@ -13,6 +13,7 @@ import redis
 
 from archiver import ArchiverDaemon, Config
 from archiver.daemon.loop import drain
+from archiver.daemon.readahead import PageConnections
 from codec import ArchivedPartition
 from layers import ActiveLayer, ArchiveLayer, ArchiveQueue, KeySchema
 from layers.errors import WrongKeyType
@@ -240,22 +241,45 @@ def test_idle_entries_are_looked_for_at_most_every_second_while_none_are_found(
 def test_a_page_is_read_the_same_whatever_the_client_decodes(
     engine_url: str, namespace: str, options: dict[str, object]
 ) -> None:
-    """`read_new` takes XREADGROUP's reply as Redis sent it (RESP2 array or RESP3 map, bytes or
-    text): the entries are the same, payloads as bytes, other fields ignored."""
+    """The archiver's read of a page (`PageConnections.read`: XREADGROUP's reply as Redis sent it,
+    RESP2 array or RESP3 map, bytes or text) and `read_new` (through the client, as on Redis
+    Cluster) give the same entries, payloads as bytes, other fields ignored."""
     client = redis.Redis.from_url(engine_url, **options)  # type: ignore[arg-type]
     keys = KeySchema(namespace)
+    reader = PageConnections(client, keys, "c", 10)
     try:
         queue = ArchiveQueue(client, keys)
         queue.ensure_group()
-        ids = [as_text(client.xadd(keys.queue, fields)) for fields in ({"p": b'{"n":1}'}, {"x": "1", "p": "é"})]
+        entries = ({"p": b'{"n":1}'}, {"x": "1", "p": "é"})
+        ids = [as_text(client.xadd(keys.queue, fields)) for fields in entries]
+        assert reader.read(0) == (ids, [b'{"n":1}', "é".encode()])
+        assert reader.read(0) == ([], [])
+        ids = [as_text(client.xadd(keys.queue, fields)) for fields in entries]
         page = queue.read_new("c", 10, 0)
         assert [(e.entry_id, e.payload, e.deliveries) for e in page] == [
             (ids[0], b'{"n":1}', 1), (ids[1], "é".encode(), 1)
         ]
         assert queue.read_new("c", 10, 0) == []
     finally:
+        reader.close()
         client.delete(keys.queue)
         client.close()
+
+
+def test_a_commit_sent_with_a_page_is_run_again_where_the_server_lost_its_script(
+    real_redis: redis.Redis, namespace: str
+) -> None:
+    """SCRIPT FLUSH between two commits sent with a page's reads: the script runner loads the
+    script and runs the commit again, once (`Scripts.reply`)."""
+    keys = KeySchema(namespace)
+    complete_partitions(real_redis, namespace, 300)
+    daemon = _daemon(real_redis, namespace, read_count=100, stats_flush_count=100)
+    daemon.queue.ensure_group()
+    assert daemon.run_once() == 100
+    real_redis.script_flush()
+    drain(daemon)
+    assert int(real_redis.bitcount(keys.index)) == 300 and daemon.queue.state().length == 0
+    assert StatsChecker(real_redis, keys).check().ok
 
 
 def test_a_page_whose_deferred_seals_cannot_be_written_is_not_committed(

@@ -14,7 +14,7 @@ from codec import (
     Codec,
     DecodeError,
     ValidationError,
-    WorkerMap,
+    WorkerNumbering,
     blob_codec,
     blob_record_count,
     decode_blob,
@@ -31,7 +31,7 @@ SEED_EXAMPLE = "P4970:4969001-4970000:w1:1719234405:295,P4971:4970001-4971000:w2
 
 
 def test_seed_example_decodes_exactly() -> None:
-    workers = WorkerMap({1: "worker1", 2: "worker2"})
+    workers = WorkerNumbering({1: "worker1", 2: "worker2"})
     records = decode_text(SEED_EXAMPLE, workers)
     assert records == [
         ArchivedPartition(4970, 4969001, 4970000, "worker1", 1719234405, 295),
@@ -41,10 +41,10 @@ def test_seed_example_decodes_exactly() -> None:
 
 
 def test_worker_map_assigns_from_one_and_reverses() -> None:
-    workers = WorkerMap()
+    workers = WorkerNumbering()
     assert [workers.short_id(w) for w in ("b", "a", "b", "c:,d")] == [1, 2, 1, 3]
     assert workers.worker_id(3) == "c:,d"
-    assert WorkerMap.from_json(workers.to_json()) == workers
+    assert WorkerNumbering.from_json(workers.to_json()) == workers
     with pytest.raises(DecodeError):
         workers.worker_id(9)
     with pytest.raises(ValidationError):
@@ -52,7 +52,7 @@ def test_worker_map_assigns_from_one_and_reverses() -> None:
     with pytest.raises(ValidationError):
         workers.add(1, "other")
     with pytest.raises(DecodeError):
-        WorkerMap.from_json(b"[1]")
+        WorkerNumbering.from_json(b"[1]")
 
 
 worker_ids = st.text(min_size=1, max_size=40).filter(
@@ -136,7 +136,7 @@ def test_radix_columns_cost_log2_of_the_range_and_refuse_values_beyond_it() -> N
 
 def test_times_at_a_steady_rate_are_stored_as_residuals_from_a_line() -> None:
     records = list(standard_workload(199))[99:]  # a batch: 3 s an id plus 0-5 s of noise
-    workers = WorkerMap()
+    workers = WorkerNumbering()
     plain = encode_blob(records, workers, compress=False)
     assert decode_blob(plain, workers) == records and plain[8 + 1] & 4  # the flag of a time line
     assert plain[8 + 1] & 8  # and of a first min_id where equal-width partitions from id 1 put it
@@ -152,9 +152,9 @@ def _svarint(value: int) -> bytearray:
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(batches(), st.sampled_from(["columnar", "text"]), st.sampled_from([None, True, False]))
 def test_round_trip(records: list[ArchivedPartition], fmt: str, compress: bool | None) -> None:
-    workers = WorkerMap()
+    workers = WorkerNumbering()
     blob = encode_blob(records, workers, fmt=fmt, compress=compress)
-    assert decode_blob(blob, WorkerMap.from_json(workers.to_json())) == records
+    assert decode_blob(blob, WorkerNumbering.from_json(workers.to_json())) == records
     by_pid = {r.partition_id: r for r in reversed(records)}  # the first of a repeated pid is found
     low = min(by_pid)
     for pid in {*list(by_pid)[:10], *range(max(1, low - 1), low + 12), max(by_pid) + 1}:  # gaps too
@@ -167,9 +167,9 @@ def test_round_trip(records: list[ArchivedPartition], fmt: str, compress: bool |
 def test_empty_batch_is_rejected() -> None:
     for fmt in ("columnar", "text"):
         with pytest.raises(ValidationError):
-            encode_blob([], WorkerMap(), fmt=fmt)
+            encode_blob([], WorkerNumbering(), fmt=fmt)
     with pytest.raises(DecodeError):
-        decode_text("", WorkerMap())
+        decode_text("", WorkerNumbering())
 
 
 @pytest.mark.parametrize(
@@ -191,10 +191,10 @@ def test_empty_batch_is_rejected() -> None:
 )
 def test_malformed_text_is_a_decode_error(text: str) -> None:
     with pytest.raises(DecodeError):
-        decode_text(text, WorkerMap({1: "a"}))
+        decode_text(text, WorkerNumbering({1: "a"}))
 
 
-def _decoded_or_rejected(blob: bytes, workers: WorkerMap) -> None:
+def _decoded_or_rejected(blob: bytes, workers: WorkerNumbering) -> None:
     """Decoding either raises DecodeError or returns records that pass every validation."""
     try:
         count: int | None = blob_record_count(blob)
@@ -219,18 +219,18 @@ def _decoded_or_rejected(blob: bytes, workers: WorkerMap) -> None:
         assert find_in_blob(blob, workers, pid) == record
 
 
-def _valid_blobs() -> list[tuple[bytes, WorkerMap]]:
+def _valid_blobs() -> list[tuple[bytes, WorkerNumbering]]:
     records = list(standard_workload(100))
     out = []
     for fmt in ("columnar", "text"):
         for compress in (True, False):
-            workers = WorkerMap()
+            workers = WorkerNumbering()
             out.append((encode_blob(records, workers, fmt=fmt, compress=compress), workers))
     return out
 
 
 def test_default_is_columnar_keeping_the_smaller_of_plain_and_zstd() -> None:
-    records, workers = list(standard_workload(100)), WorkerMap()
+    records, workers = list(standard_workload(100)), WorkerNumbering()
     blob = encode_blob(records, workers)
     assert blob_codec(blob) in (Codec.COLUMNAR, Codec.COLUMNAR_ZSTD)
     plain = encode_blob(records, workers, compress=False)
@@ -260,7 +260,7 @@ def test_truncations_and_extensions_are_detected() -> None:
 @given(st.binary(max_size=300))
 def test_random_bytes_raise_only_decode_error(data: bytes) -> None:
     with pytest.raises(DecodeError):
-        decode_blob(data, WorkerMap({1: "a"}))
+        decode_blob(data, WorkerNumbering({1: "a"}))
 
 
 @settings(max_examples=300)
@@ -268,7 +268,7 @@ def test_random_bytes_raise_only_decode_error(data: bytes) -> None:
 def test_garbage_with_a_valid_header_and_checksum_raises_only_decode_error(payload: bytes, codec: Codec) -> None:
     from codec.framing import _frame
 
-    _decoded_or_rejected(_frame(codec, payload), WorkerMap({i: f"w{i}" for i in range(1, 40)}))
+    _decoded_or_rejected(_frame(codec, payload), WorkerNumbering({i: f"w{i}" for i in range(1, 40)}))
 
 
 def test_mutated_blobs_with_recomputed_checksum_never_raise_anything_else() -> None:
@@ -288,7 +288,7 @@ def test_mutated_blobs_with_recomputed_checksum_never_raise_anything_else() -> N
 @pytest.mark.parametrize("bad", [None, "text", 12, [b"x"]])
 def test_non_bytes_input(bad: object) -> None:
     with pytest.raises(DecodeError):
-        decode_blob(bad, WorkerMap())  # type: ignore[arg-type]
+        decode_blob(bad, WorkerNumbering())  # type: ignore[arg-type]
 
 
 def test_the_head_cache_keeps_the_most_recently_used_heads_within_its_bytes() -> None:
@@ -325,7 +325,7 @@ def test_a_lookup_in_a_blob_seen_before_reuses_its_head_and_a_bad_blob_is_refuse
     resealed batch (other bytes) answered from its own, a damaged blob refused every time."""
     from codec.framing import HEADS
 
-    workers = WorkerMap()
+    workers = WorkerNumbering()
     records = [
         ArchivedPartition(pid, pid * 10, pid * 10 + 9, f"w{pid % 3}", 1719234405 + pid, 5) for pid in range(1, 60)
     ]
@@ -352,7 +352,7 @@ def test_a_search_reads_of_a_blob_the_records_a_plain_filter_keeps(
 ) -> None:
     """`blob_rows` (a search's read of a sealed batch: the columns a filter needs decoded first, a few
     records built one by one) keeps exactly what filtering the decoded records keeps, in order."""
-    workers = WorkerMap()
+    workers = WorkerNumbering()
     blob = encode_blob(records, workers, fmt=fmt)
 
     def span(values: list[int]) -> tuple[int, int] | None:

@@ -12,7 +12,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from codec import ArchivedPartition, ValidationError, WorkerMap
+from codec import ArchivedPartition, ValidationError, WorkerNumbering
 from codec.page import Columns
 from layers import ArchiveLayer, ArchiveQueue, KeySchema
 from layers.archive.commit import CommitResult, Committer, Uncommitted, index_bits
@@ -92,7 +92,7 @@ class _Recording:
         self.inner.check()
 
     def segments(
-        self, cols: Columns, workers: WorkerMap, now: int, first_key: int
+        self, cols: Columns, workers: WorkerNumbering, now: int, first_key: int
     ) -> tuple[list[str], list[str | int]]:
         self.asked.append(list(cols.pids))
         return self.inner.segments(cols, workers, now, first_key)

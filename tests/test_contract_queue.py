@@ -37,9 +37,9 @@ def test_an_archiver_restarted_under_its_name_reads_its_own_pending_again(
 ) -> None:
     queue = _queue_of(any_redis, namespace, 5)
     held = queue.read_new("same", 3, 0)
-    again = queue.read_own_pending("same", 10)
+    again = queue.read_own_unacknowledged("same", 10)
     assert [e.entry_id for e in again] == [e.entry_id for e in held]
-    assert queue.read_own_pending("other", 10) == []
+    assert queue.read_own_unacknowledged("other", 10) == []
     assert queue.state().pending == 3 and queue.state().lag == 2
 
 
@@ -50,8 +50,8 @@ def test_take_over_waits_for_the_idle_time(any_redis: redis.Redis, namespace: st
     taken = queue.take_over("live", 0, 10)
     assert sorted(e.entry_id for e in taken) == sorted(e.entry_id for e in held)
     assert all(e.deliveries == 2 for e in taken)
-    assert queue.read_own_pending("dead", 10) == []  # they are the live archiver's now
-    assert len(queue.read_own_pending("live", 10)) == 3
+    assert queue.read_own_unacknowledged("dead", 10) == []  # they are the live archiver's now
+    assert len(queue.read_own_unacknowledged("live", 10)) == 3
 
 
 def test_the_state_counts_length_pending_lag_and_dead_letters(any_redis: redis.Redis, namespace: str) -> None:
@@ -116,7 +116,7 @@ def test_a_commit_takes_its_entries_out_of_the_queue_whichever_way_and_nothing_e
     c = queue.read_new("c", 4, 0)
     commit(c)  # after b, still pending: deleted one by one
     assert left() == [e.entry_id for e in b] and queue.state().pending == 4
-    again = queue.read_own_pending("b", 10)  # b's entries are whole and still b's
+    again = queue.read_own_unacknowledged("b", 10)  # b's entries are whole and still b's
     assert [(e.entry_id, e.payload) for e in again] == [(e.entry_id, e.payload) for e in b]
     commit(b)  # nothing pending after: deleted
     assert left() == [] and queue.state().pending == 0

@@ -99,7 +99,7 @@ def test_a_critical_backlog_is_stored_unsealed_then_sealed_once(server_redis: re
     with RouterWatch(server_redis, namespace, range(1, n + 1)) as watch:  # asked about every partition throughout
         daemon.run_once()  # the first page is sealed as usual; then the lock holder finds the backlog critical
         assert daemon.backlog.skipping and daemon.has_lock
-        daemon.pages.pipeline.write_seals()  # the page's seals, written with the next round trip otherwise
+        daemon.pages.pipeline.writes.write_now()  # the page's seals, written with the next round trip otherwise
         sealed_before = sum(archive.sealing.seals.values())
         while server_redis.xlen(keys.queue) >= 300:
             daemon.run_once()

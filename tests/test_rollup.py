@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codec import ArchivedPartition, ValidationError, WorkerMap
+from codec import ArchivedPartition, ValidationError, WorkerNumbering
 from layers import KeySchema
 from stats.progress import MINUTES_KEPT
 from stats.rollup import RollupBuilder, add_partitions, day_of, rollup_segments
 
-NUMBERS = WorkerMap({7: "w1", 1: "w:2", 12: "w3"})
+NUMBERS = WorkerNumbering({7: "w1", 1: "w:2", 12: "w3"})
 
 KEYS = KeySchema("rollup")
 

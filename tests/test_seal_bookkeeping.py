@@ -8,9 +8,14 @@ import pytest
 import redis
 
 from layers import Tier
-from layers.archive.sealing import UnwrittenSeals
 from layers.archive.transitions import index_expiry_step
-from tests.test_tiers import archive_layer, parts, store
+from tests.test_tiers import archive_layer, page_writes, parts, store, write_page
+
+
+def seal_page(layer, records: list, tier: Tier) -> None:  # type: ignore[no-untyped-def]
+    """A page of records staged and its whole batches sealed, in turn (no seal deferred)."""
+    page = layer.stage_page(records)
+    layer.sealing.seal_from_reads(page.to_seal, page.read, tier)
 
 
 def _expiry(client: redis.Redis, key: str, batch_no: int) -> float | None:
@@ -26,7 +31,7 @@ def test_a_batch_sealed_whole_from_records_in_hand_goes_into_the_expiry_index(
     store(layer, parts(1, 5))  # the first commit moves the namespace into the summary tier
     assert layer.tier() is Tier.SUMMARY
     page = parts(100, 100)
-    layer.seal_page(layer.stage_page(page), Tier.SUMMARY)
+    seal_page(layer, page, Tier.SUMMARY)
     assert not real_redis.exists(layer.keys.staging(1)) and layer.batch_blob(1)
     assert _expiry(real_redis, layer.keys.expiry, 1) == max(p.completed_at for p in page)
 
@@ -44,7 +49,7 @@ def test_a_batch_sealed_by_an_archiver_that_read_the_tier_before_it_moved_goes_i
         pass
     assert real_redis.hget(layer.keys.archive_meta, "expire_cursor") == b"3"  # walked past batch 0
     late = parts(1, 99)
-    layer.seal_page(layer.stage_page(late), Tier.COMPRESSED)  # the tier this archiver read last
+    seal_page(layer, late, Tier.COMPRESSED)  # the tier this archiver read last
     assert layer.batch_blob(0)
     while index_expiry_step(layer):
         pass
@@ -59,20 +64,21 @@ def _ratio_of_what_is_stored(layer, batches: range, records: list) -> float:  # 
 def test_byte_counters_are_exact_when_a_pages_pipeline_fails_and_is_sent_again(
     real_redis: redis.Redis, namespace: str
 ) -> None:
-    """A page's one round trip carries the last pages' seal writes and bookkeeping (byte counters);
+    """A page's one round trip carries the bookkeeping of the seals written before (byte counters);
     one of its staging writes fails (here a foreign key in the way), so its replies are never read
-    and the same writes and bookkeeping go out again with the next page. Each seal counts once."""
+    and the same bookkeeping goes out again with the next page. Each seal counts once."""
     layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=3600)
-    seals = UnwrittenSeals()
+    writes = page_writes(layer)
     keys = layer.keys
-    layer.seal_page(layer.stage_page(parts(1, 99), seals), Tier.COMPRESSED, defer=seals)  # batch 0: encoded
-    layer.seal_page(layer.stage_page(parts(100, 100), seals), Tier.COMPRESSED, defer=seals)  # 0 written, 1 encoded
+    write_page(writes, parts(1, 99), Tier.COMPRESSED)  # batch 0: encoded
+    writes.write_now(bookkeeping=False)  # written (as before a commit): its bookkeeping owed
     real_redis.set(keys.staging(2), b"in the way")
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
-        layer.stage_page(parts(200, 10), seals)  # ran: batch 0's bookkeeping and batch 1's write; replies unread
+        writes.stage_page(parts(200, 10))  # ran: batch 0's bookkeeping; replies unread
+    assert writes.owed and layer.compression_ratio() > 0
     real_redis.delete(keys.staging(2))
-    layer.seal_page(layer.stage_page(parts(200, 10), seals), Tier.COMPRESSED, defer=seals)  # the same, sent again
-    layer.sealing.flush(seals)
+    write_page(writes, parts(100, 100), Tier.COMPRESSED)  # the same bookkeeping, sent again; batch 1 encoded
+    writes.write_now()
     assert layer.sealing.decode_batch(layer.batch_blob(1)) == parts(100, 100)  # type: ignore[arg-type]
     assert layer.compression_ratio() == _ratio_of_what_is_stored(layer, range(2), parts(1, 199))
     assert layer.sealing.seals[0] == 1 and layer.sealing.seals[1] == 1
@@ -98,14 +104,12 @@ def test_byte_counters_are_exact_when_another_archiver_sealed_the_batch_first(
     page = parts(100, 100)
     read_by_a = a.stage_page(page)
     if before == "the same records":
-        b.seal_page(b.stage_page(page), Tier.COMPRESSED)
+        seal_page(b, page, Tier.COMPRESSED)
     else:
         store(b, page[:50])
         assert b.sealing.seal_idle() == 1
-    b.sealing.flush()
     assert b.batch_blob(1)
-    a.seal_page(read_by_a, Tier.COMPRESSED)  # refused (the slot changed since read), sealed again
-    a.sealing.flush()
+    a.sealing.seal_from_reads(read_by_a.to_seal, read_by_a.read, Tier.COMPRESSED)  # refused, sealed again
     assert a.sealing.seals[1] == 1 and a.sealing.decode_batch(a.batch_blob(1)) == page  # type: ignore[arg-type]
     _counters_hold_what_is_stored(a, range(2))
 

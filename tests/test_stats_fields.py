@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codec import WorkerMap
+from codec import WorkerNumbering
 from stats.fields import by_worker_id, per_worker, to_numbered, worker_ids
 
 RANGE_TOTALS = {"count": 9, "data": 900, "duration": 50, "min_id": 1, "max_id": 900, "first_at": 3, "last_at": 7}
@@ -23,7 +23,7 @@ def test_id_named_fields_numbered_and_read_back_are_the_same(workers: dict[str, 
     fields = dict(RANGE_TOTALS)
     for w, (c, d, p) in workers.items():
         fields.update({f"{w}:c": c, f"{w}:d": d, f"{w}:p": p})
-    numbers = WorkerMap()
+    numbers = WorkerNumbering()
 
     def shorts(ids: Iterable[str]) -> dict[str, int]:
         return {w: numbers.short_id(w) for w in ids}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import redis
 
-from layers import KeySchema, TierPolicy, WorkerRegistry
+from layers import KeySchema, TierPolicy, WorkerRegistrar
 from layers.plumbing.replies import as_text
 from stats import StatsChecker, StatsReader
 from tests.test_stats import accumulator, archive_known_parts, known_parts, queued
@@ -19,7 +19,7 @@ def fields_of(client: redis.Redis, key: str) -> dict[str, int]:
 
 def test_a_range_names_its_workers_by_number_and_reads_back_by_id(real_redis: redis.Redis, namespace: str) -> None:
     keys = archive_known_parts(real_redis, namespace, SIMPLE).keys
-    numbers = WorkerRegistry(real_redis, keys).reload()
+    numbers = WorkerRegistrar(real_redis, keys).reload()
     alpha, beta = numbers.known_short_id("alpha"), numbers.known_short_id("beta:2")
     # range 1 holds pids 5..9: alpha has 5, 7, 8; beta:2 has 6, 9
     assert fields_of(real_redis, keys.stats_range(1)) == {
@@ -51,7 +51,7 @@ def test_a_range_written_before_numbering_is_read_verified_and_repaired(
     real_redis: redis.Redis, namespace: str
 ) -> None:
     keys = archive_known_parts(real_redis, namespace, SIMPLE).keys
-    numbers = WorkerRegistry(real_redis, keys).reload()
+    numbers = WorkerRegistrar(real_redis, keys).reload()
     alpha = numbers.known_short_id("alpha")
     key = keys.stats_range(1)
     before = StatsReader(real_redis, namespace).range_stats(1)
@@ -83,7 +83,7 @@ def test_a_commit_after_the_registry_was_rebuilt_takes_the_new_numbers(real_redi
     acc.flush()
     assert acc.archive.workers.map.known_short_id("alpha") == 1
     real_redis.delete(keys.workers, keys.workers_by_short)  # lost, and rebuilt by another process
-    rebuilt = WorkerRegistry(real_redis, keys)
+    rebuilt = WorkerRegistrar(real_redis, keys)
     for worker in ("zeta", "beta:2", "alpha"):
         rebuilt.register([worker])
     rest = queued(real_redis, namespace, parts[:4] + parts[9:])  # ranges 0 and 2

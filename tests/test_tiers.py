@@ -10,11 +10,12 @@ import redis
 
 from archiver import ArchiverDaemon, Config, QueryRouter, Source
 from archiver.daemon.loop import drain
+from archiver.daemon.pipeline import PageWrites
 from codec import ArchivedPartition, ValidationError
 from codec.framing import SHELF_SLOTS, pack_shelf, shelved, unpack_shelf
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, Tier, TierPolicy, migrate_step
-from layers.archive.sealing import UnwrittenSeals
 from layers.archive.shelves import StoredBatch
+from stats.commit_rollups import commit_buffer
 from tests.conftest import delete_namespace
 from tests.flavours import Flavour
 from tests.helpers import archive_now, complete_partitions
@@ -37,6 +38,17 @@ def archive_layer(client: redis.Redis, namespace: str, **policy: object) -> Arch
 
 def store(layer: ArchiveLayer, records: list[ArchivedPartition]) -> None:
     archive_now(layer, [(f"0-{r.partition_id}", r) for r in records])
+
+
+def page_writes(layer: ArchiveLayer) -> PageWrites:
+    """The archiver's page writes on ``layer``: a page's seals deferred to the next page's round trip."""
+    return PageWrites(layer, commit_buffer(layer))
+
+
+def write_page(writes: PageWrites, records: list[ArchivedPartition], tier: Tier) -> None:
+    """A page as the archiver writes it in a batch tier: staged and read (carrying the seals and
+    bookkeeping of the pages before), its whole batches encoded and deferred."""
+    writes.defer(writes.stage_page(records), tier, [f"0-{r.partition_id}" for r in records])
 
 
 def put_slot(client: redis.Redis, layer: ArchiveLayer, batch_no: int, blob: bytes) -> None:
@@ -75,9 +87,9 @@ def test_whole_batches_in_hand_are_sealed_without_staging(
     real_redis: redis.Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=3600)
-    keys, staged, stage = layer.keys, [], layer._queue_stage
+    keys, staged, stage = layer.keys, [], layer._add_stage
     monkeypatch.setattr(
-        layer, "_queue_stage", lambda pipe, recs: staged.extend(p.partition_id for p in recs) or stage(pipe, recs)
+        layer, "_add_stage", lambda trip, recs: staged.extend(p.partition_id for p in recs) or stage(trip, recs)
     )
     store(layer, parts(1, 250))  # batches 0 (1..99) and 1 whole in hand; 200..250 staged
     assert staged == list(range(200, 251)) and layer.batch_blob(0) and layer.batch_blob(1)
@@ -366,24 +378,24 @@ def test_a_seal_deferred_is_written_with_the_next_reads_and_its_bookkeeping_afte
     real_redis: redis.Redis, namespace: str
 ) -> None:
     """The archiver's pages: a page's seals are written with the next page's reads (or by
-    `BatchSealing.flush`) and their bookkeeping (staged records deleted, batch closed, byte counters)
-    with the reads after; meanwhile a record staged before answers from its staging."""
+    `PageWrites.write_now`) and their bookkeeping (staged records deleted, batch closed, byte
+    counters) with the reads after; meanwhile a record staged before answers from its staging."""
     layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=3600)
-    seals = UnwrittenSeals()
+    writes = page_writes(layer)
     keys, q = layer.keys, router(real_redis, namespace, layer)
-    layer.seal_page(layer.stage_page(parts(1, 150), seals), Tier.COMPRESSED, defer=seals)  # 100..150 staged
-    assert seals and layer.batch_blob(0) is None  # batch 0: encoded, not written
-    layer.seal_page(layer.stage_page(parts(151, 49), seals), Tier.COMPRESSED, defer=seals)  # batch 1 whole in staging
+    write_page(writes, parts(1, 150), Tier.COMPRESSED)  # 100..150 staged
+    assert layer.batch_blob(0) is None  # batch 0: encoded, not written
+    write_page(writes, parts(151, 49), Tier.COMPRESSED)  # batch 1 whole in staging
     assert layer.sealing.decode_batch(layer.batch_blob(0)) == parts(1, 99)  # type: ignore[arg-type]
     assert layer.batch_blob(1) is None and layer.compression_ratio() == 0.0  # batch 0's counters wait
     assert real_redis.hlen(keys.staging(1)) == 100 and q.get(180).partition == parts(180, 1)[0]
-    layer.seal_page(layer.stage_page(parts(200, 10), seals), Tier.COMPRESSED, defer=seals)  # batch 1 written now
+    write_page(writes, parts(200, 10), Tier.COMPRESSED)  # batch 1 written now
     assert layer.sealing.decode_batch(layer.batch_blob(1)) == parts(100, 100)  # type: ignore[arg-type]
     assert real_redis.hlen(keys.staging(1)) == 100 and layer.compression_ratio() > 0  # batch 1's bookkeeping waits
-    layer.seal_page(layer.stage_page(parts(210, 90), seals), Tier.COMPRESSED, defer=seals)
-    assert not real_redis.exists(keys.staging(1)) and seals
-    layer.sealing.flush(seals)
-    assert not seals and layer.open_batch_count() == 0 and not real_redis.exists(keys.staging(2))
+    write_page(writes, parts(210, 90), Tier.COMPRESSED)
+    assert not real_redis.exists(keys.staging(1)) and layer.batch_blob(2) is None
+    writes.write_now()
+    assert not writes.owed and layer.open_batch_count() == 0 and not real_redis.exists(keys.staging(2))
     for pid in (1, 120, 199, 250, 299):
         assert q.get(pid).source is Source.BATCH and q.get(pid).partition == parts(pid, 1)[0], pid
     blob_bytes = sum(len(layer.batch_blob(b) or b"") for b in range(3))
@@ -395,13 +407,13 @@ def test_a_seal_deferred_and_refused_is_sealed_again_with_what_changed(real_redi
     """Another archiver writes the batch's slot between a page's read and its deferred write: the
     write is refused and the batch sealed again, from both."""
     layer = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=3600)
-    seals = UnwrittenSeals()
+    writes = page_writes(layer)
     other = archive_layer(real_redis, namespace, compressed_from=0, seal_idle_s=3600)
     mine = parts(300, 100)
-    layer.seal_page(layer.stage_page(mine, seals), Tier.COMPRESSED, defer=seals)  # batch 3, whole in hand
+    write_page(writes, mine, Tier.COMPRESSED)  # batch 3, whole in hand
     theirs = [ArchivedPartition(p.partition_id, p.min_id, p.max_id, "z", p.completed_at, 1) for p in mine[:10]]
     other.write_detail(theirs[:5])  # staged by the other, then ...
     other.sealing.seal(3, Tier.COMPRESSED)  # ... sealed into the slot
-    layer.sealing.flush(seals)
+    writes.write_now()
     assert layer.sealing.decode_batch(layer.batch_blob(3)) == mine  # type: ignore[arg-type]  # the records in hand win
     assert layer.sealing.seals[3] == 1 and not real_redis.exists(layer.keys.staging(3))

@@ -7,38 +7,38 @@ import threading
 import redis
 
 from bench.workload import standard_workload
-from codec import WorkerMap, decode_blob, encode_blob
+from codec import WorkerNumbering, decode_blob, encode_blob
 from layers import KeySchema
-from layers.archive.workers import WorkerRegistry
+from layers.archive.workers import WorkerRegistrar
 
 
 def test_numbers_are_stable_and_shared(any_redis: redis.Redis, namespace: str) -> None:
     keys = KeySchema.of(namespace, client=any_redis)
-    first = WorkerRegistry(any_redis, keys)
+    first = WorkerRegistrar(any_redis, keys)
     first.register(["worker2", "worker1"])
-    second = WorkerRegistry(any_redis, keys)
+    second = WorkerRegistrar(any_redis, keys)
     second.register(["worker1", "worker3:x,y"])
     assert second.map.known_short_id("worker1") == first.map.known_short_id("worker1")
     assert sorted(second.refresh().lookup_table()) == [1, 2, 3]
-    assert WorkerRegistry(any_redis, keys).refresh() == second.map
+    assert WorkerRegistrar(any_redis, keys).refresh() == second.map
 
 
 def test_blob_encoded_by_one_archiver_decodes_in_another(any_redis: redis.Redis, namespace: str) -> None:
     keys = KeySchema.of(namespace, client=any_redis)
     records = list(standard_workload(100))
-    writer = WorkerRegistry(any_redis, keys)
+    writer = WorkerRegistrar(any_redis, keys)
     blob = encode_blob(records, writer.register(r.worker_id for r in records))
-    reader = WorkerRegistry(any_redis, keys)
+    reader = WorkerRegistrar(any_redis, keys)
     assert decode_blob(blob, reader.refresh()) == records
 
 
 def test_racing_registrations_agree(real_redis: redis.Redis, namespace: str) -> None:
     keys = KeySchema(namespace)
-    maps: list[WorkerMap] = []
+    maps: list[WorkerNumbering] = []
     barrier = threading.Barrier(4)
 
     def register() -> None:
-        registry = WorkerRegistry(real_redis, keys)
+        registry = WorkerRegistrar(real_redis, keys)
         barrier.wait()
         maps.append(registry.register([f"w{i}" for i in range(50)]))
 

@@ -29,7 +29,7 @@ def format_archivers(found: list[ArchiverHealth], namespace: str) -> str:
         up = max(0.0, h.last_beat - h.started)
         lines.append(
             f"{h.consumer[:40]:<40} {h.host[:20]:<20} {h.pid:>7} {_human_s(up):>9} "
-            f"{time.strftime('%H:%M:%S', time.gmtime(h.last_beat)):>6} {h.rate:>9,.1f} {h.pending:>8,}  "
+            f"{time.strftime('%H:%M:%S', time.gmtime(h.last_beat)):>6} {h.rate:>9,.1f} {h.uncommitted:>8,}  "
             + ("alive" if h.alive else "dead")
         )
     return "\n".join(lines)

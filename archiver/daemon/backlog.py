@@ -2,7 +2,7 @@
 
 Every archiver reads the two stored switches: whether compression is skipped (a critical
 backlog, `layers.control.pressure`: its pages then go to the simple hash) and whether archival is paused
-(`layers.control.switch`: it then imports nothing from elk_coordinator either). The one holding the
+(`layers.control.switch`: it then imports nothing from elk_coordinator either). The one that took the
 maintenance lock also decides the first from the queue's state, queues what a pause or the gray
 release's share held once the switch lets it through (should a resume or a rollout have been
 interrupted), and samples the job's progress
@@ -24,7 +24,7 @@ from stats.progress import SAMPLE_EVERY_S
 log = structlog.get_logger("partarchive.archiver")
 
 
-class BacklogGuard:
+class BacklogModes:
     def __init__(self, ns: Namespace) -> None:
         self.ns = ns
         self.settings = ns.config.pressure
@@ -36,10 +36,11 @@ class BacklogGuard:
         self.held = 0
         self._next_sample = 0.0
 
-    def tick(self, holder: bool) -> int:
-        """Read the switches; as the lock holder, decide and do what is due. Returns the items done."""
+    def tick(self, taken: bool) -> int:
+        """Read the switches; with the maintenance lock ``taken``, decide and do what is due.
+        Returns the items done."""
         done = 0
-        if holder:
+        if taken:
             backlog = observe_backlog(self.ns.redis, [self.ns.keys])
             change = self.pressure.decide(self.settings, backlog, self.ns.archive.tier())
             if change is not None:
@@ -60,7 +61,7 @@ class BacklogGuard:
         state = parse_state(paused, held, released)
         self.skipping = as_text(mode or b"") == SKIP
         self.paused, self.held = state.paused, state.held
-        if holder and not self.paused and self.held:
+        if taken and not self.paused and self.held:
             step = self.switch.release_step()
             if step is not None and (step.queued or step.dropped):
                 done += step.queued + step.dropped
@@ -70,7 +71,7 @@ class BacklogGuard:
                     log.error("held partitions whose records cannot be read stay in the active hash",
                               pids=step.unreadable[:20])  # fmt: skip
         now = time.monotonic()
-        if holder and now >= self._next_sample:
+        if taken and now >= self._next_sample:
             self._next_sample = now + SAMPLE_EVERY_S
             self.progress.sample()
         return done

@@ -1,11 +1,11 @@
 """The archiver daemon: reads the archive queue and writes the archive layer.
 
 One loop, one consumer of the ``archivers`` group. At start it re-reads what its own
-consumer name left pending; every round it first takes over entries that another
-(dead) replica left idle past ``claim_idle_ms``, then reads new entries. Each entry's
+consumer name left unacknowledged; every round it first takes over entries that another
+(dead) replica left unacknowledged and idle past ``claim_idle_ms``, then reads new entries. Each entry's
 detail is written before or with its commit, never after (`archiver.daemon.pages`): in a batch
 tier staged or sealed first; in the simple tier written at once, or carried inside the commit
-when its page makes one due. The entry is acknowledged and deleted by the statistics flush, in
+when its page makes one due. The entry is acknowledged and deleted by its commit, in
 the same script that sets its index bit and counts it. Keep ``claim_idle_ms`` well above the flush interval, or replicas
 take over each other's buffered entries (harmless, but wasted work).
 """
@@ -26,9 +26,9 @@ import structlog
 from redis.exceptions import OutOfMemoryError, ReadOnlyError
 
 from archiver.config import Config
-from archiver.daemon.backlog import BacklogGuard
+from archiver.daemon.backlog import BacklogModes
 from archiver.daemon.pacing import MaintenancePacer
-from archiver.daemon.pages import PageArchiver
+from archiver.daemon.pages import PageIntake
 from archiver.daemon.probes import LoopProbe
 from archiver.daemon.shutdown import GracefulShutdown
 from archiver.engine import EngineUnreachable
@@ -101,8 +101,8 @@ class ArchiverDaemon:
         self.lock = ns.maintenance_lock(self.consumer)
         self.has_lock = False
         self.liveness = ns.liveness
-        self.backlog = BacklogGuard(ns)
-        self.pages = PageArchiver(ns, self.consumer, self.backlog, after_read=lambda: self.fault_point("after_read"))
+        self.backlog = BacklogModes(ns)
+        self.pages = PageIntake(ns, self.consumer, self.backlog, after_read=lambda: self.fault_point("after_read"))
         self.commit_buffer = self.pages.pipeline.commit_buffer
         self.started = time.time()
         self._next_beat = 0.0
@@ -161,7 +161,7 @@ class ArchiverDaemon:
         return until_ready(ran, self._stop) is not None
 
     def start(self) -> None:
-        """Join the group and handle what this consumer name left pending (settings checked)."""
+        """Join the group and handle what this consumer name left unacknowledged (settings checked)."""
         log.info("archiver started", consumer=self.consumer, namespace=self.config.namespace)
         if self.config.claim_idle_ms < self.config.stats_flush_interval_s * 1000:
             log.warning(
@@ -171,7 +171,7 @@ class ArchiverDaemon:
             )
         self.queue.ensure_group()
         self.archive.set_retention(self.config.retention_s, only_if_unset=True)
-        self.pages.archive_entries(self.queue.read_own_pending(self.consumer, self.config.read_count))
+        self.pages.archive_entries(self.queue.read_own_unacknowledged(self.consumer, self.config.read_count))
 
     def finish(self) -> None:
         """Flush what is buffered, hand the maintenance lock back and leave the live set."""
@@ -198,12 +198,12 @@ class ArchiverDaemon:
     def flush(self) -> None:
         """Commit what is buffered (also done on stop).
 
-        If Redis is gone the entries stay pending and are redelivered to another archiver.
+        If Redis is gone the entries stay unacknowledged and are redelivered to another archiver.
         """
         try:
-            self.pages.commit()
+            self.pages.flush()
         except (redis.RedisError, CorruptMetadata, WrongKeyType) as exc:
-            log.warning("final flush failed; entries stay pending for another archiver", error=str(exc))
+            log.warning("final flush failed; entries stay unacknowledged for another archiver", error=str(exc))
 
     @property
     def archived(self) -> int:
@@ -244,7 +244,7 @@ class ArchiverDaemon:
                 self.started,
                 0.0,
                 round(rate, 1),
-                self.pages.waiting,
+                self.pages.uncommitted,
                 self.archived,
                 stale_after_s=max(STALE_AFTER_S, 3 * self.config.health_interval_s),
             )
@@ -259,11 +259,11 @@ class ArchiverDaemon:
         """One round (see `run_once`); an error is logged and the round retried after a pause,
         never fatal. Returns what the round handled (0 after an error).
 
-        Entries of a failed round stay pending and are read again (own pending at restart,
+        Entries of a failed round stay unacknowledged and are read again (its own at restart,
         or XAUTOCLAIM after ``claim_idle_ms``), so nothing is lost by carrying on; entries whose
         commit failed (a slot move outlasting `layers.plumbing.slot_moves.BUDGET_S`, Redis unreachable) stay
         buffered and are committed by a later round; claimed back meanwhile, they are neither
-        archived twice nor dead-lettered (`PageArchiver.archive_entries`).
+        archived twice nor dead-lettered (`PageIntake.archive_entries`).
         """
         try:
             handled = self.run_once(block_ms)
@@ -299,7 +299,7 @@ class ArchiverDaemon:
     def _writes_refused(self, exc: redis.ResponseError) -> None:
         """Redis refuses writes for a while (too few replicas in step, maxmemory, a replica not yet
         promoted): one warning with the reason when it starts, one line when it ends, no trace per
-        round; nothing is lost meanwhile (the entries stay pending)."""
+        round; nothing is lost meanwhile (the entries stay unacknowledged)."""
         self._failures += 1
         delay = backoff_s(self._failures)
         if self._refused_since is None:
@@ -312,7 +312,7 @@ class ArchiverDaemon:
     def recover_group(self) -> None:
         """The consumer group is gone (Redis restarted without its data, or the queue key was
         deleted): create it again, count it, and check the archive against the index once the
-        maintenance lock is held (entries of the old group that were not acknowledged are lost
+        maintenance lock is taken (entries of the old group that were not acknowledged are lost
         with the stream; what they completed is still marked in the `done` bitmap). The check is a
         paced maintenance step (`stats.index_check`), logged when it is done."""
         self.queue.ensure_group()
@@ -339,7 +339,7 @@ class ArchiverDaemon:
             if entries:
                 log.info("took over idle entries", count=len(entries))
                 handled = self.pages.archive_entries(entries)
-                self.pages.commit_if_due()
+                self.pages.flush_if_due()
             elif self.queue.claim_scan_done:  # none idle long enough: an entry needs claim_idle_ms to become so
                 self._next_take_over = started + min(TAKE_OVER_EVERY_S, cfg.claim_idle_ms / 10_000)
         if not handled:
@@ -350,8 +350,8 @@ class ArchiverDaemon:
 
     def maintain(self, *, force: bool = False, busy_s: float = 0.0) -> int:
         """Seal idle batches and follow the backlog's mode (every ``maintenance_interval_s``); and,
-        holding the maintenance lock, advance tier moves, expiry sweeps and adoption (commits are
-        the read path's: `PageArchiver.read`).
+        with the maintenance lock taken, advance tier moves, expiry sweeps and adoption (commits are
+        the read path's: `PageIntake.read`).
 
         Maintenance yields to the live queue (see `MaintenancePacer`).
         """
@@ -360,11 +360,11 @@ class ArchiverDaemon:
         if force or now >= self._next_maintenance:
             self._next_maintenance = now + self.config.maintenance_interval_s
             done += self.archive.sealing.seal_idle()
-            held = self.lock.acquire()
-            if held != self.has_lock:
-                log.info("maintenance lock " + ("taken" if held else "lost"), holder=self.lock.holder_now())
-            self.has_lock = held
-            done += self.backlog.tick(held)
+            taken = self.lock.acquire()
+            if taken != self.has_lock:
+                log.info("maintenance lock " + ("taken" if taken else "lost"), holder=self.lock.holder_now())
+            self.has_lock = taken
+            done += self.backlog.tick(taken)
         if not self.has_lock:
             return done
         steps = self.pacer.run(busy_s, self._maintenance_step)
@@ -373,12 +373,12 @@ class ArchiverDaemon:
         return done + steps + self._adopt(now) + self._resync(now)
 
     def _maintenance_step(self, batches: int) -> int:
-        """Tier moves and expiry (sealing held while compression is skipped), else statistics
+        """Tier moves and expiry (their seals deferred while compression is skipped), else statistics
         compaction, else the index check: ``batches``' worth."""
         ranges = batches * self.config.batch_size // self.config.stats_range_width
-        hold = self.backlog.skipping
+        defer_seals = self.backlog.skipping
         return (
-            migrate_step(self.archive, max_batches=batches, hold_seals=hold)
+            migrate_step(self.archive, max_batches=batches, hold_seals=defer_seals)
             or self.compactor.step()
             or self.index_check.step(ranges)
         )

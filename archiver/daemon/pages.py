@@ -14,7 +14,7 @@ from itertools import compress
 
 import structlog
 
-from archiver.daemon.backlog import BacklogGuard
+from archiver.daemon.backlog import BacklogModes
 from archiver.daemon.pipeline import WritePipeline
 from archiver.namespace import Namespace
 from codec.page import read_payloads
@@ -23,9 +23,9 @@ from layers import QueueEntry
 log = structlog.get_logger("partarchive.archiver")
 
 
-class PageArchiver:
+class PageIntake:
     def __init__(
-        self, ns: Namespace, consumer: str, backlog: BacklogGuard, *, after_read: Callable[[], object] | None = None
+        self, ns: Namespace, consumer: str, backlog: BacklogModes, *, after_read: Callable[[], object] | None = None
     ) -> None:
         """``after_read``: the daemon's seam for the crash tests, called after each page is read."""
         self.config = ns.config
@@ -41,8 +41,9 @@ class PageArchiver:
         return self.pipeline.read_wait_s
 
     @property
-    def waiting(self) -> int:
-        return self.pipeline.waiting
+    def uncommitted(self) -> int:
+        """Entries read and not committed yet."""
+        return self.pipeline.writes.uncommitted
 
     def read(self, block_ms: int) -> int:
         """Read new entries (waiting up to ``block_ms`` when no commit is due) and archive them.
@@ -63,7 +64,7 @@ class PageArchiver:
         move or an outage that outlasted ``claim_idle_ms``; they are not poison)."""
         if not entries:
             return 0
-        awaiting = self.pipeline.awaiting_commit()
+        awaiting = self.pipeline.writes.awaiting_commit()
         limit = self.config.max_deliveries
         for entry in entries:
             if entry.deliveries > limit and entry.entry_id not in awaiting:
@@ -75,8 +76,8 @@ class PageArchiver:
         if not ids:
             return 0
         handled = len(ids)
-        if self.pipeline.holds:  # claimed back while waiting here
-            awaiting = self.pipeline.awaiting_commit()
+        if self.pipeline.writes.any_uncommitted:  # claimed back while waiting here
+            awaiting = self.pipeline.writes.awaiting_commit()
             if not awaiting.isdisjoint(ids):
                 keep = [entry_id not in awaiting for entry_id in ids]
                 ids, payloads = list(compress(ids, keep)), list(compress(payloads, keep))
@@ -95,17 +96,17 @@ class PageArchiver:
         self.dead_lettered += 1
         log.error("dead-lettered queue entry", entry=entry.entry_id, reason=reason)
 
-    def commit_if_due(self) -> None:
+    def flush_if_due(self) -> None:
         if self.pipeline.commit_buffer.due():
-            self.commit()
+            self.flush()
 
-    def commit(self) -> None:
-        """Commit everything waiting now (on failure it stays waiting): the queue has run dry, or
-        the archiver stops. A page read ahead is archived first: delivered here, it is this
+    def flush(self) -> None:
+        """Commit everything waiting now (`WritePipeline.flush`; on failure it stays waiting): the
+        queue has run dry, or the archiver stops. A page read ahead is archived first: delivered here, it is this
         archiver's to finish."""
         if self.pipeline.prefetched:
             self._archive(*self.pipeline.take_prefetched())
-        self.pipeline.commit()
+        self.pipeline.flush()
 
     def close(self) -> None:
         self.pipeline.close()

@@ -2,10 +2,10 @@
 
 A page of queue entries takes these round trips, in this order:
 
-1. **its reads**: the page itself (`ReadAhead.read`; while the queue holds full pages the next
-   read goes out at once, `ReadAhead.prefetch`, so Redis reads it while this page is handled);
+1. **its reads**: the page itself (`PageConnections.read`; while the queue holds full pages the next
+   read goes out at once, `PageConnections.prefetch`, so Redis reads it while this page is handled);
 2. in a batch tier, **its staging and slot reads**, which carry the previous page's seals
-   (written) and their bookkeeping (`ArchiveLayer.stage_page`, `BatchSealing.queue_reads`);
+   (written) and the bookkeeping owed for the seals before (`PageWrites.stage_page`);
 3. **the commit** the pages before made due (`layers.archive.commit`), built while Redis ran the
    one before it and sent once this page's reads are in, without waiting: Redis answers a read
    sent after a commit only once the commit has run, so it goes out after them, and runs while
@@ -13,35 +13,42 @@ A page of queue entries takes these round trips, in this order:
 4. **the bookkeeping after**: the commit's reply read once the page is handled (`_settle`), the
    tier it reports kept for the next page, and the next commit built if one is due.
 
+What a page leaves for the round trips after it (its seals deferred, the bookkeeping owed, the
+commit in flight and its `CommitStage`) is one object's, `PageWrites`.
+
 In the simple tier (and in a batch tier storing unsealed in a critical backlog) the detail
 travels inside the commit when the page makes one due, and is written at once otherwise, so a
 partition waiting for its commit is still found in the archive.
 
-Recovery is here too: a commit built and not run goes back to the buffer (`_restore`); seals
-that could not be written take their pages' entries out of what waits for a commit (`_forget`:
-never acknowledged, they are archived again); a commit's reply that names partitions counted
-already, a changed worker registry or a lost script is committed again in turn (`_settle`).
+Recovery is here too: a commit built and not run goes back to the buffer (`PageWrites.restore`);
+seals that could not be written take their pages' entries out of what waits for a commit
+(`PageWrites.writing`: never acknowledged, they are archived again); a commit's reply that names
+partitions counted already or a changed worker registry is committed again in turn (`_settle`).
 
-Redis Cluster has no single connection to overlap on (`ReadAhead.usable`): there a page is read,
-written and committed in turn, the commit when one is due.
+Redis Cluster has no single connection to overlap on (`PageConnections.usable`): there a page is
+read, written and committed in turn, the commit when one is due.
 """
 
 from __future__ import annotations
 
+import enum
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-import redis
 import structlog
 
-from archiver.daemon.readahead import ReadAhead
+from archiver.daemon.readahead import PageConnections
 from archiver.metrics import STATS_FLUSHES
 from archiver.namespace import Namespace
+from codec import ArchivedPartition
+from codec.elk import ElkRecord
 from codec.page import Columns
-from layers import StaleWorkerNumbers, Tier
-from layers.archive.commit import CommitCall, CommitResult, Detail, Uncommitted
-from layers.archive.sealing import UnwrittenSeals
+from layers import ArchiveLayer, StaleWorkerNumbers, Tier
+from layers.archive.commit import CommitBuffer, CommitCall, CommitResult, Detail, Uncommitted
+from layers.archive.layer import StagedPage
+from layers.archive.sealing import SealBookkeeping, SealGroup
+from layers.plumbing.roundtrip import RoundTrip
 
 log = structlog.get_logger("partarchive.archiver")
 T = TypeVar("T")
@@ -49,10 +56,180 @@ T = TypeVar("T")
 Built = tuple[Uncommitted, CommitCall]
 
 
+class CommitStage(enum.Enum):
+    """Where the commit in flight stands (`PageWrites.stage`)."""
+
+    NONE = "none"  # no commit built
+    BUILT = "built"  # built while Redis ran the one before: goes out after the next page's reads
+    DUE = "due"  # the page in hand took it with its reads: sent once they are in
+    SENT = "sent"  # sent with the page in hand: its reply not read yet
+
+
+class PageWrites:
+    """What the pages handled leave for the round trips after them, in one place: the seals a page
+    encoded and deferred (written with the next page's reads, `stage`), the bookkeeping owed for
+    seals written (sent with the reads after, ``owed``), and the commit in flight with its stage.
+    Until its seals are written a page's records are neither in their slots nor, for a batch whole
+    in hand, staged: nothing commits them before (a commit due is sent after them, `send_due`),
+    and if they cannot be written their entries are not committed at all (`writing`)."""
+
+    def __init__(self, archive: ArchiveLayer, buffer: CommitBuffer) -> None:
+        self.archive = archive
+        self.buffer = buffer
+        self.stage = CommitStage.NONE
+        self.owed = SealBookkeeping(archive.redis, archive.keys)
+        self._commit: Built | None = None  # the commit in flight, in every stage but NONE
+        self._deferred: list[SealGroup] = []  # seals encoded, not written
+        self._deferred_ids: list[str] = []  # the entries of the pages whose seals those are
+
+    # the seals
+
+    def stage_page(self, parts: Sequence[ArchivedPartition | ElkRecord]) -> StagedPage:
+        """`ArchiveLayer.stage_page`, the seals deferred and the bookkeeping owed riding with it."""
+        return self.writing(lambda: self.archive.stage_page(parts, self._carry))
+
+    def defer(self, page: StagedPage, tier: Tier, entry_ids: list[str]) -> None:
+        """Encode the seals of a page staged, to be written with the next page's reads: two round
+        trips less a page."""
+        if page.to_seal:
+            writes, _ = self.archive.sealing.encode(page.to_seal, page.read, tier)
+            if writes:
+                self._deferred.append((writes, tier))
+                self._deferred_ids += entry_ids
+
+    def write_now(self, *, bookkeeping: bool = True) -> None:
+        """Write the seals deferred now, and (with ``bookkeeping``) do the bookkeeping owed."""
+        if self._deferred:
+            trip = RoundTrip.on(self.archive.redis)
+            self._add_writes(trip)
+            self.writing(trip.run)
+        if bookkeeping:
+            self.owed.run()
+
+    def _carry(self, trip: RoundTrip) -> None:
+        if self.owed:
+            self.owed.add(trip)
+        if self._deferred:
+            self._add_writes(trip)
+
+    def _add_writes(self, trip: RoundTrip) -> None:
+        groups = list(self._deferred)  # left there until written: `writing` sees them unwritten
+        written = self.archive.sealing.add_writes(trip, groups)
+
+        def wrote() -> None:
+            del self._deferred[: len(groups)]
+            for group, tier in written.value:
+                self.owed.owe(group, tier)
+            if not self._deferred:
+                self._deferred_ids.clear()
+
+        trip.after(wrote)
+
+    def writing(self, step: Callable[[], T]) -> T:
+        """Run a step that writes the seals deferred. If it fails with some still unwritten, their
+        pages' entries are not committed: never acknowledged, they stay unacknowledged in the
+        queue and are archived again (taken over after ``claim_idle_ms``), as the entries of a page
+        whose detail could not be written are. A commit built and not sent goes back to the
+        buffer without them."""
+        try:
+            return step()
+        except BaseException:
+            if self._deferred:
+                lost = set(self._deferred_ids)
+                self._deferred.clear()
+                self._deferred_ids.clear()
+                self.restore()
+                self.buffer.discard(lost)
+                log.warning("seals could not be written: their entries are left to archive again", entries=len(lost))
+            raise
+
+    # the commit
+
+    def build(self) -> Built:
+        """Take everything buffered and build its commit (given back to the buffer on failure)."""
+        pending = self.buffer.take()
+        try:
+            self.buffer.committer.check_statistics()
+            return pending, self.buffer.committer.call(pending)
+        except BaseException:
+            self.buffer.restore(pending)
+            raise
+
+    def keep(self, built: Built, stage: CommitStage) -> None:
+        """Keep a commit built, BUILT or DUE."""
+        self._commit, self.stage = built, stage
+
+    def take_built(self) -> Built | None:
+        """The commit BUILT, if any, taken out (the caller keeps it DUE or gives it back)."""
+        if self.stage is not CommitStage.BUILT:
+            return None
+        built, self._commit, self.stage = self._commit, None, CommitStage.NONE
+        return built
+
+    def send_due(self, send: Callable[[CommitCall], object]) -> None:
+        """Send the commit DUE, if any: the seals deferred, whose detail it may commit, first."""
+        if self.stage is not CommitStage.DUE:
+            return
+        self.write_now(bookkeeping=False)
+        assert self._commit is not None
+        try:
+            send(self._commit[1])
+        except BaseException:
+            self.restore()
+            raise
+        self.stage = CommitStage.SENT
+
+    def take_sent(self) -> Uncommitted | None:
+        """What the commit SENT commits, if any (its reply is the caller's to read)."""
+        if self.stage is not CommitStage.SENT:
+            return None
+        assert self._commit is not None
+        sent, self._commit, self.stage = self._commit[0], None, CommitStage.NONE
+        return sent
+
+    def restore(self) -> None:
+        """A commit BUILT or DUE goes back to the buffer: nothing of it ran."""
+        if self.stage in (CommitStage.BUILT, CommitStage.DUE):
+            self.give_back(self._commit)
+            self._commit, self.stage = None, CommitStage.NONE
+
+    def give_back(self, built: Built | None) -> None:
+        if built is not None:
+            self.buffer.restore(built[0])
+
+    # what waits
+
+    def _kept(self) -> Uncommitted | None:
+        return self._commit[0] if self._commit is not None and self.stage is not CommitStage.SENT else None
+
+    def awaiting_commit(self) -> set[str]:
+        """Ids of the entries read here and waiting for their commit (buffered, or in a commit built)."""
+        awaiting = self.buffer.buffered_ids() if self.buffer.buffered else set()
+        kept = self._kept()
+        if kept is not None:
+            awaiting.update(kept.entry_ids)
+        return awaiting
+
+    @property
+    def any_uncommitted(self) -> bool:
+        """Whether any entry waits here for its commit (no round trip, no set built)."""
+        return bool(self.buffer.buffered or self._kept())
+
+    @property
+    def uncommitted(self) -> int:
+        """Entries read and not committed yet (buffered, or in a commit built and not sent)."""
+        kept = self._kept()
+        return self.buffer.buffered + (len(kept) if kept is not None else 0)
+
+
 class WritePipeline:
     """The write plan of an archiver's pages: `read`, then `write` (each good page), then
-    `finish` (or `abandon` when handling the page failed); `commit` when the queue runs dry or
-    the archiver stops. ``skipping``: whether a critical backlog has batch tiers store unsealed."""
+    `finish` (or `abandon` when handling the page failed); `flush` when the queue runs dry or
+    the archiver stops. ``skipping``: whether a critical backlog has batch tiers store unsealed.
+
+    Two words, one thing each: a *commit* is one run of the commit script (`layers.archive.commit`)
+    over what it takes from the buffer; to *flush* is to write the seals deferred and commit
+    everything waiting, now (`flush`, `CommitBuffer.flush`, the daemon's ``flush`` at its stop)."""
 
     def __init__(self, ns: Namespace, consumer: str, skipping: Callable[[], bool]) -> None:
         self.archive = ns.archive
@@ -61,17 +238,13 @@ class WritePipeline:
         self.read_count = ns.config.read_count
         self.commit_buffer = ns.commit_buffer()
         self.committer = self.commit_buffer.committer
-        usable = ReadAhead.usable(ns.redis)
-        self.reader = ReadAhead(ns.redis, ns.keys, consumer, self.read_count) if usable else None
+        usable = PageConnections.usable(ns.redis)
+        self.reader = PageConnections(ns.redis, ns.keys, consumer, self.read_count) if usable else None
+        self.writes = PageWrites(self.archive, self.commit_buffer)
         self.tier: Tier | None = None  # as the last commit left it (read once before the first)
         self.read_wait_s = 0.0  # how long the last read waited for new entries (idle time)
         self._skipping = skipping
         self._full = False  # the page in hand filled its read: more wait in the queue
-        self._prepared: Built | None = None  # the next commit, built, not sent yet
-        self._unsent: Built | None = None  # the commit to send once this page's reads are in
-        self._sent: Uncommitted | None = None  # what the commit sent with this page commits (reply not read yet)
-        self._seals = UnwrittenSeals()  # the last page's seals, written with this page's reads (`seal_page`)
-        self._unwritten_ids: list[str] = []  # the entries of the pages whose seals those are
         self._flushes = STATS_FLUSHES.labels(namespace=ns.keys.namespace)
 
     # a page's round trips
@@ -84,20 +257,21 @@ class WritePipeline:
             entries = self.queue.read_new(self.consumer, self.read_count, block_ms)
             self.read_wait_s = time.monotonic() - started
             return [e.entry_id for e in entries], [e.payload for e in entries]
-        prepared, self._prepared = self._prepared, None
-        due = prepared is not None or self.commit_buffer.due()
+        built = self.writes.take_built()
+        due = built is not None or self.commit_buffer.due()
         try:
             ids, payloads = self.reader.read(0 if due else block_ms)
             self.read_wait_s = 0.0 if due else time.monotonic() - started
             self._full = len(ids) >= self.read_count
             if self._full:  # the queue holds more: Redis reads the next page meanwhile
                 self.reader.prefetch()
-            if prepared is None and due:
-                prepared = self._prepare()
+            if built is None and due:
+                built = self.writes.build()
         except BaseException:
-            self._restore(prepared)
+            self.writes.give_back(built)
             raise
-        self._unsent, self._sent = prepared, None
+        if built is not None:
+            self.writes.keep(built, CommitStage.DUE)
         return ids, payloads
 
     def write(self, entry_ids: list[str], cols: Columns) -> None:
@@ -110,59 +284,59 @@ class WritePipeline:
         detail: Detail = "simple" if self.tier is Tier.SIMPLE else "unsealed" if unsealed else ""
         travels = bool(detail) and self.commit_buffer.buffered + len(cols) >= self.commit_buffer.flush_count
         if not travels and not detail:
-            staged = self._writing_deferred(lambda: self.archive.stage_page(cols.records(), self._seals))
-            self._send_unsent()
-            defer = self._seals if self.reader is not None else None
-            self.archive.seal_page(staged, self.tier, defer=defer)
-            if defer is not None:
-                self._unwritten_ids += entry_ids
+            staged = self.writes.stage_page(cols.records())
+            self._send_due()
+            if self.reader is not None:
+                self.writes.defer(staged, self.tier, entry_ids)
+            elif staged.to_seal:
+                self.archive.sealing.seal_from_reads(staged.to_seal, staged.read, self.tier)
         elif not travels:
             self.archive.write_detail(cols, unsealed=unsealed, tier=self.tier)
         self.commit_buffer.add_page(entry_ids, cols, detail if travels else "")
 
     def finish(self) -> None:
         """The page is handled: the commit due with it goes out if it has not, its reply is read,
-        and the next commit is built (sent with the next page's reads), or run now if the queue
-        has run dry."""
+        and the next commit is built (sent with the next page's reads), or everything waiting is
+        flushed now if the queue has run dry."""
         if self.reader is None:
             if self.commit_buffer.due():
-                self.commit()
+                self.flush()
             return
+        built: Built | None = None
         now = False
         try:
-            self._send_unsent()
+            self._send_due()
             if self.commit_buffer.due():
                 if self._full:  # more to read: built while Redis runs the one sent, sent with the next read
-                    self._prepared = self._prepare()
+                    built = self.writes.build()
                 else:
                     now = True
         finally:
-            self.abandon()
+            try:
+                self.abandon()
+            except BaseException:
+                self.writes.give_back(built)
+                raise
+        if built is not None:
+            self.writes.keep(built, CommitStage.BUILT)
         if now:
-            self.commit()
+            self.flush()
 
     def abandon(self) -> None:
         """End the page in hand: a commit not sent yet goes back to the buffer (nothing of it
         ran), the reply of one sent is read."""
-        if self._unsent is not None:
-            unsent, self._unsent = self._unsent, None
-            self._restore(unsent)
-        elif self._sent is not None:
-            sent, self._sent = self._sent, None
+        self.writes.restore()
+        sent = self.writes.take_sent()
+        if sent is not None:
             self._settle(sent)
 
-    def commit(self) -> None:
+    def flush(self) -> None:
         """Write the seals deferred and do their bookkeeping, then commit everything waiting, in
         turn (on failure it stays waiting). A page read ahead must be handled before (`take_prefetched`)."""
-        self.write_seals()
-        self._restore(self._prepared)
-        self._prepared = None
+        self.writes.write_now()
+        self.writes.restore()
         if self.commit_buffer.buffered:
             self._note(self.commit_buffer.flush())
-
-    def write_seals(self) -> None:
-        """Write the last page's seals now, and the bookkeeping of every seal written."""
-        self._writing_deferred(lambda: self.archive.sealing.flush(self._seals))
 
     @property
     def prefetched(self) -> bool:
@@ -173,70 +347,30 @@ class WritePipeline:
         assert self.reader is not None
         return self.reader.read(0)
 
-    # what waits
-
-    def awaiting_commit(self) -> set[str]:
-        """Ids of the entries read here and waiting for their commit (buffered, or in a commit built)."""
-        awaiting = self.commit_buffer.buffered_ids() if self.commit_buffer.buffered else set()
-        for built in (self._prepared, self._unsent):
-            if built is not None:
-                awaiting.update(built[0].entry_ids)
-        return awaiting
-
-    @property
-    def holds(self) -> bool:
-        """Whether any entry waits here for its commit (no round trip, no set built)."""
-        return bool(self.commit_buffer.buffered or self._prepared or self._unsent)
-
-    @property
-    def waiting(self) -> int:
-        """Entries read and not committed yet (buffered, or in a commit built and not sent)."""
-        built = (self._prepared, self._unsent)
-        return self.commit_buffer.buffered + sum(len(b[0]) for b in built if b is not None)
-
     def close(self) -> None:
         if self.reader is not None:
             self.reader.close()
 
     # the commit's round trip
 
-    def _prepare(self) -> Built:
-        """Take everything buffered and build its commit (given back to the buffer on failure)."""
-        pending = self.commit_buffer.take()
-        try:
-            self.committer.check_statistics()
-            return pending, self.committer.call(pending)
-        except BaseException:
-            self.commit_buffer.restore(pending)
-            raise
-
-    def _send_unsent(self) -> None:
+    def _send_due(self) -> None:
         """Send the commit due with this page, if not sent yet: once the page's reads are in (they
         would wait for the commit in Redis otherwise), which also wrote the seals of the page
         before, before this page is encoded."""
-        if self._unsent is None:
-            return
-        if self._seals:  # the detail of what it commits is written first
-            self._writing_deferred(lambda: self.archive.sealing.flush(self._seals, bookkeeping=False))
-        built, self._unsent = self._unsent, None
-        assert self.reader is not None
-        pending, call = built
-        try:
-            self.reader.send(("commit", call.keys, call.args))
-        except BaseException:
-            self.commit_buffer.restore(pending)
-            raise
-        self._sent = pending
+        reader = self.reader
+        if reader is not None:
+            self.writes.send_due(lambda call: reader.send(("commit", call.keys, call.args)))
 
     def _settle(self, sent: Uncommitted) -> None:
         """Read the reply of the commit sent with a read; commit again in turn if it found
-        partitions counted already, a changed worker registry, or no script (after SCRIPT FLUSH)."""
+        partitions counted already or a changed worker registry (a script the server lacked, after
+        SCRIPT FLUSH, is loaded and run again by `Scripts.reply`)."""
         assert self.reader is not None
         try:
             result = self.committer.result(self.reader.reply())
             if isinstance(result, list):
                 result = self.committer.commit(sent, already=set(result))
-        except (StaleWorkerNumbers, redis.exceptions.NoScriptError):
+        except StaleWorkerNumbers:
             try:
                 self.archive.workers.reload()
                 result = self.committer.commit(sent)
@@ -245,8 +379,6 @@ class WritePipeline:
                 raise
         except BaseException:
             self.commit_buffer.restore(sent)  # it may have run: the next commit finds those counted
-            self._restore(self._prepared)
-            self._prepared = None
             raise
         self._note(result)
 
@@ -256,34 +388,3 @@ class WritePipeline:
             if self.tier is not None:
                 log.info("tier changed", tier=result.tier.value, total=result.total)
             self.tier = result.tier
-
-    # recovery
-
-    def _restore(self, built: Built | None) -> None:
-        if built is not None:
-            self.commit_buffer.restore(built[0])
-
-    def _writing_deferred(self, step: Callable[[], T]) -> T:
-        """Run a step that writes the seals deferred by earlier pages. If it fails with some still
-        unwritten, their pages' entries leave what waits for a commit (`_forget`)."""
-        try:
-            done = step()
-        except BaseException:
-            if self._seals:
-                self._forget()
-            raise
-        if not self._seals:
-            self._unwritten_ids.clear()
-        return done
-
-    def _forget(self) -> None:
-        """Seals that could not be written: their pages' entries are not committed. Never
-        acknowledged, they stay pending in the queue and are archived again (taken over after
-        ``claim_idle_ms``), as the entries of a page whose detail could not be written are."""
-        self._seals.drop()
-        lost, self._unwritten_ids = set(self._unwritten_ids), []
-        for built in (self._unsent, self._prepared):
-            self._restore(built)
-        self._unsent = self._prepared = None
-        self.commit_buffer.discard(lost)
-        log.warning("seals could not be written: their entries are left to be archived again", entries=len(lost))

@@ -22,29 +22,29 @@ from __future__ import annotations
 from typing import Any
 
 import redis
-from redis.exceptions import NoScriptError
 
 from layers.archive.queue import page_columns
 from layers.keys import ARCHIVER_GROUP, KeySchema
-from layers.plumbing.scripts import Scripts, located
+from layers.plumbing.drive import Send
+from layers.plumbing.scripts import KeptConnection, Scripts
 
 #: A script call: its name, keys and arguments.
 ScriptCall = tuple[str, list[str], list[Any]]
 
 
-class ReadAhead:
-    """Two connections of the client's pool: one to read new entries, one for a script sent
-    without waiting for its reply."""
+class PageConnections:
+    """Two connections of the client's pool, kept (`KeptConnection`): one reads new entries, ahead
+    of their handling (`prefetch`); on the other the script runner (`Scripts.send`) sends a call
+    without waiting for its reply (`send`, `reply`)."""
 
     def __init__(self, client: redis.Redis, keys: KeySchema, consumer: str, count: int) -> None:
         self._pool = client.connection_pool
         self._scripts = Scripts.of(client)
-        self._head = ["XREADGROUP", "GROUP", ARCHIVER_GROUP, consumer, "COUNT", count]
-        self._tail = ["STREAMS", keys.queue, ">"]
-        self._reader: Any = None
-        self._sender: Any = None
-        self._owed = False  # a script reply not read yet
-        self._owed_name = ""  # of the script it is from
+        self._head = ("GROUP", ARCHIVER_GROUP, consumer, "COUNT", count)
+        self._tail = ("STREAMS", keys.queue, ">")
+        self._reader: KeptConnection | None = None
+        self._sender: KeptConnection | None = None
+        self._owed: ScriptCall | None = None  # the call sent, its reply not read yet
         self._fetching = False  # a read sent by `prefetch`, its reply not taken yet
 
     @staticmethod
@@ -63,10 +63,9 @@ class ReadAhead:
         handled, so that Redis reads the next one meanwhile."""
         if self._fetching:
             return
-        if self._reader is None:
-            self._reader = self._pool.get_connection()
+        reader = self._reader or self._take_reader()
         try:
-            self._reader.send_packed_command(self._reader.pack_command(*self._head, *self._tail))
+            reader.write(Send("xreadgroup", (*self._head, *self._tail)))
         except BaseException:
             self._drop_reader()
             raise
@@ -75,14 +74,13 @@ class ReadAhead:
     def read(self, block_ms: int) -> tuple[list[str], list[bytes]]:
         """New entries (ids, payloads): those of the read `prefetch` sent, else read now, waiting up
         to ``block_ms`` for one (0: not at all)."""
-        command: list[Any] = [*self._head, *(["BLOCK", block_ms] if block_ms > 0 else []), *self._tail]
-        if self._reader is None:
-            self._reader = self._pool.get_connection()
+        reader = self._reader or self._take_reader()
         try:
             if not self._fetching:
-                self._reader.send_packed_command(self._reader.pack_command(*command))
+                block = ("BLOCK", block_ms) if block_ms > 0 else ()
+                reader.write(Send("xreadgroup", (*self._head, *block, *self._tail)))
             self._fetching = False
-            page = self._reader.read_response(disable_decoding=True)
+            page = reader.read(raw=True)
         except redis.ResponseError:
             raise
         except BaseException:
@@ -90,61 +88,57 @@ class ReadAhead:
             raise
         return page_columns(page)
 
+    def _take_reader(self) -> KeptConnection:
+        self._reader = KeptConnection(self._pool)
+        return self._reader
+
     def _drop_reader(self) -> None:
-        """Drop the read connection (what a read on it delivered stays pending for this consumer,
-        taken over after ``claim_idle_ms``, as the entries of any page a failure interrupts)."""
-        self._reader, conn = None, self._reader
+        """Drop the read connection (what a read on it delivered stays unacknowledged for this
+        consumer, taken over after ``claim_idle_ms``, as the entries of any page a failure interrupts)."""
+        reader, self._reader = self._reader, None
         self._fetching = False
-        if conn is not None:
-            conn.disconnect()
-            self._pool.release(conn)
+        if reader is not None:
+            reader.drop()
 
     def send(self, call: ScriptCall) -> None:
         """Send a script call without waiting; its reply is read by `reply`."""
-        if self._owed:
+        if self._owed is not None:
             raise RuntimeError("the reply of the script sent before was not read")
-        name, keys, args = call
-        self._owed_name = name
         if self._sender is None:
-            self._sender = self._pool.get_connection()
+            self._sender = KeptConnection(self._pool)
+        name, keys, args = call
         try:
-            self._sender.send_packed_command(
-                self._sender.pack_command("EVALSHA", self._scripts.sha(name), len(keys), *keys, *args)
-            )
+            self._scripts.send(name, keys, args, on=self._sender)
         except BaseException:
             self._drop_sender()
             raise
-        self._owed = True
+        self._owed = call
 
     def reply(self) -> Any:
-        """The reply of the script sent last (a `redis.ResponseError` it answered, `NoScriptError`
-        included, is raised; the connection stays usable)."""
-        if not self._owed:
+        """The reply of the script sent last, as `Scripts.reply` reads it (an error the script
+        answered is raised, the connection staying usable)."""
+        if self._owed is None or self._sender is None:
             raise RuntimeError("no script was sent")
+        (name, keys, args), self._owed = self._owed, None
         try:
-            return self._sender.read_response()
-        except NoScriptError:
+            return self._scripts.reply(name, keys, args, on=self._sender)
+        except redis.ResponseError:
             raise
-        except redis.ResponseError as exc:
-            raise located(self._owed_name, exc) from None
         except BaseException:
             self._drop_sender()
             raise
-        finally:
-            self._owed = False
 
     def close(self) -> None:
         """Give the connections back (one whose reply may still be on its way is dropped)."""
         if self._sender is not None:
-            self._drop_sender() if self._owed else self._pool.release(self._sender)
+            self._drop_sender() if self._owed is not None else self._sender.close()
             self._sender = None
         if self._reader is not None:
-            self._drop_reader() if self._fetching else self._pool.release(self._reader)
+            self._drop_reader() if self._fetching else self._reader.close()
             self._reader = None
 
     def _drop_sender(self) -> None:
-        conn, self._sender = self._sender, None
-        self._owed = False
-        if conn is not None:
-            conn.disconnect()
-            self._pool.release(conn)
+        sender, self._sender = self._sender, None
+        self._owed = None
+        if sender is not None:
+            sender.drop()

@@ -137,7 +137,7 @@ def collect_overview(ns: Namespace, namespaces: NamespaceList) -> dict[str, Any]
                 "host": h.host,
                 "pid": h.pid,
                 "rate": round(h.rate, 1),
-                "pending": h.pending,
+                "pending": h.uncommitted,
                 "last_beat_age_s": round(max(0.0, now - h.last_beat), 1),
             }
             for h in snapshot.archivers

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from codec import ACTIVE_STATUSES, DecodeError, PartitionInfo, ValidationError
@@ -12,6 +12,7 @@ from codec.elk import parse_active
 from codec.validate import check_int, check_partition_id
 from layers.keys import KeySchema
 from layers.plumbing.meta import typed_steps
+from layers.plumbing.roundtrip import Part, RoundTrip
 from layers.plumbing.steps import Batch, Steps, one
 
 P = ParamSpec("P")
@@ -28,24 +29,21 @@ def typed(method: Callable[Concatenate[Any, P], Steps[T]]) -> Callable[Concatena
     return wrapper
 
 
-def queue_counts(pipe: Any, keys: KeySchema) -> None:
-    """Queue the reads of the active partitions per status on a pipeline (or `Batch`), in
-    `COUNTED` order; `counts_from` reads their replies. The counts are the sizes of the indexes
-    (pending, failed) and of the leases by their sign (`KeySchema.leases`): no step keeps a
-    counter of its own."""
-    pipe.zcard(keys.pending)
-    pipe.zcount(keys.leases, "(0", "+inf")
-    pipe.zcount(keys.leases, "-inf", "(0")
-    pipe.zcard(keys.failed)
+def add_counts(trip: RoundTrip, keys: KeySchema) -> Part[dict[str, int]]:
+    """Add to ``trip`` the reads of the active partitions per status; the part's value is the
+    count of each of `COUNTED` (its replies must be results: the caller checks them first). The
+    counts are the sizes of the indexes (pending, failed) and of the leases by their sign
+    (`KeySchema.leases`): no step keeps a counter of its own."""
+    part = trip.part(lambda replies: {status: int(reply) for status, reply in zip(COUNTED, replies, strict=True)})
+    part.zcard(keys.pending)
+    part.zcount(keys.leases, "(0", "+inf")
+    part.zcount(keys.leases, "-inf", "(0")
+    part.zcard(keys.failed)
+    return part
 
 
-#: The statuses `queue_counts` reads, in its order: as many replies as there are.
+#: The statuses `add_counts` reads, in its order: as many commands as there are.
 COUNTED = ("pending", "claimed", "running", "failed")
-
-
-def counts_from(replies: Sequence[Any]) -> dict[str, int]:
-    """The counts per status from the replies to `queue_counts` (first in ``replies``)."""
-    return {status: int(reply) for status, reply in zip(COUNTED, replies, strict=False)}
 
 
 class ActiveReads:
@@ -127,9 +125,10 @@ class ActiveReads:
         """Active partitions per status (recounted from the hash in a namespace bound to Go's)."""
         if self.keys.elk_prefix is not None:
             return (yield from self._sync())
-        batch = Batch()
-        queue_counts(batch, self.keys)
-        return counts_from((yield batch))
+        trip = RoundTrip(Batch())
+        counts = add_counts(trip, self.keys)
+        trip.hand((yield trip.commands))
+        return counts.value
 
     @typed
     def _size(self) -> Steps[int]:

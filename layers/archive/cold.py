@@ -45,6 +45,7 @@ from layers.archive.shelves import StoredBatch
 from layers.errors import ColdFileDamaged, ColdStoreUnavailable
 from layers.keys import KeySchema
 from layers.plumbing.replies import as_text, script_error
+from layers.plumbing.roundtrip import RoundTrip
 from layers.plumbing.scripts import Scripts
 
 if TYPE_CHECKING:
@@ -198,12 +199,13 @@ class ColdTier:
         out: list[_Batch] = []
         for start in range(0, len(numbers), 256):
             chunk = numbers[start : start + 256]
-            pipe = archive.redis.pipeline(transaction=False)
-            parse_map = queue_map_reads(pipe, self.keys, chunk)
-            parse_shelves = archive.shelves.add_reads(pipe, chunk)
-            replies = pipe.execute()
+            trip = RoundTrip.on(archive.redis)
+            parse_map = queue_map_reads(trip.commands, self.keys, chunk)
+            shelves = archive.shelves.add_reads(trip, chunk)
+            replies = trip.commands.execute()
+            trip.hand(replies)
             files = parse_map(replies[: parse_map.count])
-            stored = parse_shelves(replies[parse_map.count :])
+            stored = shelves.value
             for b in chunk:
                 records: dict[int, ArchivedPartition] = {}
                 for blob in (stored[b].legacy, stored[b].slot):  # the shelf's wins

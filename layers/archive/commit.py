@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol
 
-from codec import ArchivedPartition, ValidationError, WorkerMap
+from codec import ArchivedPartition, ValidationError, WorkerNumbering
 from codec.page import Columns
 from layers import ArchiveLayer, StaleWorkerNumbers
 from layers.archive.tiers import Tier
@@ -111,7 +111,7 @@ class CommitStatistics(Protocol):
         """Refuse to commit into statistics the namespace keeps otherwise (`ValidationError`)."""
 
     def segments(
-        self, cols: Columns, workers: WorkerMap, now: int, first_key: int
+        self, cols: Columns, workers: WorkerNumbering, now: int, first_key: int
     ) -> tuple[list[str], list[str | int]]:
         """The statistics hashes that ``cols`` update and commit.lua's segments for them, naming
         workers by ``workers``' numbers and each hash by its position in KEYS from ``first_key``."""

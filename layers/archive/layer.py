@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -29,13 +29,14 @@ import redis
 from codec import ArchivedPartition, ValidationError
 from codec.elk import ElkRecord, as_archived
 from codec.page import Columns
-from layers.archive.sealing import BatchSealing, SealReads, UnwrittenSeals
+from layers.archive.sealing import BatchSealing, SealReads
 from layers.archive.shelves import ShelfStore
 from layers.archive.tiers import Tier, TierPolicy
-from layers.archive.workers import WorkerRegistry
+from layers.archive.workers import WorkerRegistrar
 from layers.keys import KeySchema
 from layers.plumbing.meta import StoredBatchSize, read_tier, stored_int, stored_tier
 from layers.plumbing.replies import as_text
+from layers.plumbing.roundtrip import RoundTrip, raised
 from layers.plumbing.scripts import Scripts
 
 
@@ -62,11 +63,11 @@ class ArchiveLayer:
         self.redis = redis_client
         self.keys = KeySchema.of(keys, client=redis_client)
         self.policy = policy or TierPolicy()
-        self.workers = WorkerRegistry(redis_client, keys)
+        self.workers = WorkerRegistrar(redis_client, keys)
         self._scripts = Scripts.of(redis_client)
         self.shelves = ShelfStore(redis_client, self.keys)
         self.dead_letters = self.shelves.dead_letters
-        #: sealing (`layers.archive.sealing`): seals, the seals deferred by `seal_page`, decoding a batch
+        #: sealing (`layers.archive.sealing`): seals, the encoding of a page's seals, decoding a batch
         self.sealing = BatchSealing(redis_client, self.keys, self.policy, self.workers, self.shelves)
         self._batch_size_checked = False
         self.batch_sizes = StoredBatchSize(self.keys.archive_meta, self.policy.batch_size)
@@ -182,20 +183,23 @@ class ArchiveLayer:
         pipe.execute()
 
     def _write_batches(self, parts: Sequence[ArchivedPartition | ElkRecord], tier: Tier) -> None:
-        self.seal_page(self.stage_page(parts), tier)
+        page = self.stage_page(parts)
+        if page.to_seal:
+            self.sealing.seal_from_reads(page.to_seal, page.read, tier)
 
     def stage_page(
-        self, parts: Sequence[ArchivedPartition | ElkRecord], unwritten: UnwrittenSeals | None = None
+        self, parts: Sequence[ArchivedPartition | ElkRecord], carry: Callable[[RoundTrip], object] | None = None
     ) -> StagedPage:
         """The first half of writing a page of records in a batch tier, one round trip: the
-        records of batches that are not whole in hand are staged, and every batch of the records is
-        read as sealing reads it (its staging, after the staging writes, and its slot), and the
-        seals of ``unwritten`` (an earlier page's, `seal_page`) are written first. The second
-        half, `seal_page`, seals every batch the records fill completely, or that its staging now
-        holds completely, from the records in hand (`BatchSealing.seal_read`). Workers claim the
-        lowest pending partition, so a page of completions mostly holds whole batches. Split in
-        two so the archiver can send the last page's commit in between (`archiver.daemon.pipeline`):
-        Redis runs it while this process encodes the batches."""
+        records of batches that are not whole in hand are staged, ``carry`` adds what the caller
+        sends with it (an earlier page's seals and bookkeeping, `archiver.daemon.pipeline`), and
+        every batch of the records is read as sealing reads it (its staging, after the staging
+        writes, and its slot). The second half seals every batch the records fill completely, or
+        that its staging now holds completely, from the records in hand (`StagedPage.to_seal`,
+        `BatchSealing.seal_from_reads` or `BatchSealing.encode`). Workers claim the lowest pending
+        partition, so a page of completions mostly holds whole batches. Split in two so the
+        archiver can send the last page's commit in between: Redis runs it while this process
+        encodes the batches."""
         self.check_batch_size()
         size, capacity = self.policy.batch_size, self.policy.capacity
         by_batch: dict[int, list[ArchivedPartition | ElkRecord]] = defaultdict(list)
@@ -211,50 +215,40 @@ class ArchiveLayer:
             if len(got) >= capacity(b) and len({p.partition_id for p in got}) >= capacity(b)
         }
         rest = [p for b, group in by_batch.items() if b not in whole for p in group]
-        pipe = self.redis.pipeline(transaction=False)
-        staged_batches = self._queue_stage(pipe, rest)
+        trip = RoundTrip.on(self.redis)
+        staged_batches = self._add_stage(trip, rest)
+        if carry is not None:
+            carry(trip)
         workers = {p.worker_id for got in archived.values() for p in got}
-        reads = self.sealing.queue_reads(pipe, by_batch, workers, unwritten)
-        replies = pipe.execute(raise_on_error=False)
-        staging = len(staged_batches) + bool(staged_batches)
-        for reply in replies[:staging]:
-            if isinstance(reply, Exception):
-                raise reply
-        read = reads(replies[staging:])
+        reads = self.sealing.add_reads(trip, by_batch, workers)
+        trip.run()
+        read = reads.value
         full = {b for b in staged_batches if len(read.staged[b]) >= self.policy.capacity(b)}
         return StagedPage({b: archived[b] for b in sorted(whole | full)}, read)
-
-    def seal_page(self, page: StagedPage, tier: Tier, *, defer: UnwrittenSeals | None = None) -> None:
-        """The second half of `stage_page`: the batches it found whole, sealed. ``defer``: they are
-        encoded into it now and written when it is handed to the next `stage_page` (with the next
-        page's reads), and their bookkeeping (deleting the staged records they hold, the open-batch
-        set, the counters) goes with the reads after: two round trips less a page. Until then the
-        records are neither in their slots nor, for a batch whole in hand, staged: nothing may
-        commit them before (`archiver.daemon.pipeline.WritePipeline` sees to it)."""
-        if page.to_seal:
-            self.sealing.seal_read(page.to_seal, page.read, tier, defer=defer)
 
     def stage(self, parts: Sequence[ArchivedPartition | ElkRecord]) -> dict[int, int]:
         """Put records in their batches' staging hashes; returns each batch touched with the
         records its staging holds now (read in the same round trip)."""
-        pipe = self.redis.pipeline(transaction=False)
-        batches = self._queue_stage(pipe, parts)
+        trip = RoundTrip.on(self.redis)
+        batches = self._add_stage(trip, parts)
+        sizes = trip.part(raised)
         for batch_no in batches:
-            pipe.hlen(self.keys.staging(batch_no))
-        replies = pipe.execute()
-        return {b: int(n) for b, n in zip(batches, replies[len(batches) + 1 :], strict=True)}
+            sizes.hlen(self.keys.staging(batch_no))
+        trip.run()
+        return {b: int(n) for b, n in zip(batches, sizes.value, strict=True)}
 
-    def _queue_stage(self, pipe: Any, parts: Sequence[ArchivedPartition | ElkRecord]) -> list[int]:
-        """Queue on ``pipe`` the staging of records (an HSET per batch, then one ZADD noting the
-        batches open; nothing for no records); returns the batches, in the order of their HSETs."""
+    def _add_stage(self, trip: RoundTrip, parts: Sequence[ArchivedPartition | ElkRecord]) -> list[int]:
+        """Add to ``trip`` the staging of records (an HSET per batch, then one ZADD noting the
+        batches open; nothing for no records; an error raised once it ran); returns the batches."""
         by_batch: dict[int, dict[str, bytes]] = defaultdict(dict)
         for part in parts:
             by_batch[self.policy.batch_of(part.partition_id)][str(part.partition_id)] = part.to_json()
         if not by_batch:
             return []
+        staging = trip.part(raised)
         for batch_no, fields in by_batch.items():
-            pipe.hset(self.keys.staging(batch_no), mapping=fields)  # type: ignore[arg-type]
-        pipe.zadd(self.keys.open_batches, dict.fromkeys(map(str, by_batch), int(time.time() * 1000)))
+            staging.hset(self.keys.staging(batch_no), mapping=fields)
+        staging.zadd(self.keys.open_batches, dict.fromkeys(map(str, by_batch), int(time.time() * 1000)))
         return list(by_batch)
 
     def write_simple(self, records: dict[int, bytes]) -> None:

@@ -31,11 +31,19 @@ class QueueEntry(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class QueueState:
     length: int
-    pending: int
-    oldest_pending_age_s: float
+    pending: int  # entries delivered and unacknowledged (named as XPENDING and `status` name them)
+    oldest_pending_age_s: float  # of the oldest unacknowledged entry
     consumers: int
     dead_letters: int
     lag: int | None = None
+
+
+def _read(reply: Any) -> list[QueueEntry]:
+    """The entries of an XREADGROUP reply of one stream as redis-py parses it: [[stream, entries]],
+    or on RESP3 {stream: [entries]}."""
+    if not reply:
+        return []
+    return _entries(next(iter(reply.values()))[0] if isinstance(reply, dict) else reply[0][1])
 
 
 def _entries(raw: list[Any]) -> list[QueueEntry]:
@@ -47,12 +55,6 @@ def _entry(entry_id: Any, fields: dict[Any, Any]) -> QueueEntry:
     """An entry from its id and fields (bytes or text, as the client decodes); the payload as bytes."""
     payload = fields.get(b"p", fields.get("p", b""))
     return QueueEntry(as_text(entry_id), payload.encode("utf-8") if isinstance(payload, str) else payload)
-
-
-def _page(reply: Any) -> list[QueueEntry]:
-    """Entries from an XREADGROUP reply as Redis sent it (`_raw_reads`)."""
-    ids, payloads = page_columns(reply)
-    return [QueueEntry(entry_id, payload) for entry_id, payload in zip(ids, payloads, strict=True)]
 
 
 def page_columns(reply: Any) -> tuple[list[str], list[bytes]]:
@@ -73,16 +75,6 @@ def page_columns(reply: Any) -> tuple[list[str], list[bytes]]:
                 ids.append(entry.entry_id)
                 payloads.append(entry.payload)
     return ids, payloads
-
-
-def _raw_reads(client: redis.Redis) -> redis.Redis | None:
-    """A client on the same connections whose XREADGROUP replies are left as Redis sent them, so
-    a page becomes entries in `_page` without redis-py's dict per entry; None on Redis Cluster."""
-    if isinstance(client, redis.RedisCluster):
-        return None
-    raw = redis.Redis(connection_pool=client.connection_pool)
-    raw.set_response_callback("XREADGROUP", lambda response, **_options: response)
-    return raw
 
 
 def _dead_letter_view(entry_id: Any, fields: dict[Any, Any]) -> dict[str, Any]:
@@ -114,7 +106,6 @@ class ArchiveQueue:
         self.group = ARCHIVER_GROUP
         self._scripts = Scripts.of(redis_client)
         self._claim_cursor = "0-0"
-        self._raw = _raw_reads(redis_client)
         self.letters = DeadLetters(redis_client, self.keys, self.group)
 
     def ensure_group(self) -> None:
@@ -128,28 +119,27 @@ class ArchiveQueue:
 
     def read_new(self, consumer: str, count: int, block_ms: int) -> list[QueueEntry]:
         """Entries never delivered, waiting up to ``block_ms`` for one (0: not at all; Redis's
-        own BLOCK 0 would wait forever)."""
+        own BLOCK 0 would wait forever). The archiver reads its pages so where it cannot read
+        them on a connection of its own (`archiver.daemon.readahead`: Redis Cluster)."""
         block = block_ms if block_ms > 0 else None
-        if self._raw is not None:
-            return _page(self._raw.xreadgroup(self.group, consumer, {self.keys.queue: ">"}, count=count, block=block))
         try:
             reply: Any = self.redis.xreadgroup(self.group, consumer, {self.keys.queue: ">"}, count=count, block=block)
         except redis.ResponseError as exc:
             if str(exc).startswith("UNBLOCKED"):  # the queue left this node meanwhile: a slot move (Redis 7.0)
                 return []
             raise
-        return _entries(reply[0][1]) if reply else []
+        return _read(reply)
 
-    def read_own_pending(self, consumer: str, count: int) -> list[QueueEntry]:
+    def read_own_unacknowledged(self, consumer: str, count: int) -> list[QueueEntry]:
         """Entries delivered to this consumer name before and never acknowledged, with their
         delivery counts (a re-read counts as a delivery)."""
         reply: Any = self.redis.xreadgroup(self.group, consumer, {self.keys.queue: "0"}, count=count)
-        return self._with_deliveries(_entries(reply[0][1]) if reply else [], consumer)
+        return self._with_deliveries(_read(reply), consumer)
 
     def take_over(self, consumer: str, min_idle_ms: int, count: int) -> list[QueueEntry]:
         """Claim entries another consumer left unacknowledged for ``min_idle_ms`` (XAUTOCLAIM), with
         their delivery counts. The scan cursor is kept between calls, so every idle entry is reached
-        however many stay pending before it."""
+        however many stay unacknowledged before it."""
         reply: Any = self.redis.xautoclaim(
             self.keys.queue, self.group, consumer, min_idle_time=min_idle_ms, start_id=self._claim_cursor, count=count
         )
@@ -162,7 +152,7 @@ class ArchiveQueue:
 
     @property
     def claim_scan_done(self) -> bool:
-        """Whether the last `take_over` reached the end of the pending entries."""
+        """Whether the last `take_over` reached the end of the unacknowledged entries."""
         return self._claim_cursor == "0-0"
 
     def _with_deliveries(self, entries: list[QueueEntry], consumer: str) -> list[QueueEntry]:
@@ -224,9 +214,9 @@ class ArchiveQueue:
 def queue_state_from(length: int, pending: Any, dead: int) -> QueueState:
     """A `QueueState` from the stream's length, its XPENDING summary and the dead letters' length.
     Entries are deleted when acknowledged, so the stream holds exactly those not yet archived: the
-    ones not delivered yet are its length less the pending ones (XINFO's own lag is unknown after
+    ones not delivered yet are its length less the unacknowledged ones (XINFO's own lag is unknown after
     deletions and after a restart). Before the group exists (XPENDING answered an error) nothing is
-    pending and the lag is unknown."""
+    unacknowledged and the lag is unknown."""
     if not isinstance(pending, dict):
         return QueueState(length, 0, 0.0, 0, dead)
     count = int(pending["pending"])

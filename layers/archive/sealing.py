@@ -10,11 +10,10 @@ because it is the one subtle write of the archive.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from operator import lt
 from typing import Any
@@ -27,10 +26,11 @@ from codec import ArchivedPartition, DecodeError, decode_blob, encode_blob
 from codec.elk import as_archived, parse_archived
 from layers.archive.shelves import ShelfStore, SlotWrite, StoredBatch
 from layers.archive.tiers import Tier, TierPolicy
-from layers.archive.workers import WorkerRegistry
+from layers.archive.workers import WorkerRegistrar
 from layers.keys import KeySchema
 from layers.plumbing.meta import read_tier
 from layers.plumbing.replies import as_text, script_error
+from layers.plumbing.roundtrip import Part, RoundTrip, raised
 from layers.plumbing.scripts import Scripts
 from layers.plumbing.steps import SyncIO
 
@@ -50,7 +50,7 @@ class SealReads:
 
 
 @dataclass(frozen=True, slots=True)
-class _SealWrite:
+class SealWrite:
     """One batch's new blob, what was read to make it, and the bookkeeping that follows it."""
 
     batch_no: int
@@ -63,31 +63,91 @@ class _SealWrite:
     extra: Sequence[ArchivedPartition] = ()  # the records in hand it was sealed with (to seal again if refused)
 
 
-@dataclass(slots=True)
-class UnwrittenSeals:
-    """Seals encoded and not written yet, to go out with a later round trip (`BatchSealing.seal_read`
-    with ``defer``): groups of writes, each with the tier its sealer read and whether it was sent
-    before (its replies unread). Owned by whoever defers them (the page-write pipeline,
-    `archiver.daemon.pipeline`: a page's seals go out with the next page's reads) and handed to
-    the calls that write them (`BatchSealing.queue_reads`, `BatchSealing.flush`)."""
+#: Seals encoded together, with the tier their sealer read.
+SealGroup = tuple[list[SealWrite], Tier]
 
-    groups: list[tuple[list[_SealWrite], Tier, bool]] = dataclasses.field(default_factory=list)
+
+class SealBookkeeping:
+    """Seals written whose bookkeeping is owed: the staged records they hold deleted (where
+    unchanged), the open-batch set kept, the byte counters and the expiry index (`add`). Kept in
+    groups numbered in the order written, by each owner of writes: `BatchSealing` for the seals
+    it writes and finishes in the same call, the archiver's page writes
+    (`archiver.daemon.pipeline.PageWrites`) for those that ride on a later page's round trip.
+    Until it has run it is sent again, and counts nothing twice: `seal_bookkeeping.lua` counts a
+    group of an owner only if its number is above the last one counted for that owner.
+
+    Deferred, the bookkeeping is harmless: until it runs, a sealed record is also still staged,
+    as it is after a crash between the two (the next seal of its batch merges the same record)."""
+
+    def __init__(self, client: redis.Redis, keys: KeySchema) -> None:
+        self.redis = client
+        self.keys = keys
+        self._scripts = Scripts.of(client)
+        self._owner = uuid.uuid4().hex  # names these groups in `KeySchema.sealed_counted`
+        self._number = 0  # of the last group owed
+        self.groups: list[tuple[list[SealWrite], Tier, int]] = []
 
     def __bool__(self) -> bool:
         return bool(self.groups)
 
-    def drop(self) -> None:
-        """Forget them: they could not be written. Their owner does not commit their records,
-        which stay pending in the queue and are archived again later."""
-        self.groups.clear()
+    def owe(self, written: list[SealWrite], tier: Tier) -> None:
+        """The bookkeeping of seals just written, sealed in ``tier`` (as their sealer read it)."""
+        if written:
+            self._number = max(self._number + 1, time.time_ns() // 1000)
+            self.groups.append((written, tier, self._number))
+
+    def run(self) -> None:
+        """Do the bookkeeping owed, now (one round trip)."""
+        if self.groups:
+            trip = RoundTrip.on(self.redis)
+            self.add(trip)
+            trip.run()
+
+    def add(self, trip: RoundTrip) -> None:
+        """Add the bookkeeping owed to ``trip``; the groups are owed no more once it ran."""
+        seals = list(self.groups)  # left there until done: a round trip that fails is sent again
+        done = [w for group, _, _ in seals for w in group]
+        k = self.keys
+        counted: list[Any] = [self._owner, _COUNTED_KEPT_US, len(seals)]
+        for group, _, number in seals:
+            counted += [number, sum(w.json_bytes for w in group), sum(w.blob_growth for w in group)]
+        for group, tier, _ in seals:
+            counted += [x for w in group for x in (w.batch_no, w.newest, int(tier is Tier.SUMMARY))]
+        calls = [
+            ("hdel_if_equal", [k.staging(w.batch_no)], [x for pair in w.staged.items() for x in pair])
+            for w in done
+            if w.staged
+        ]
+        calls.append(("seal_bookkeeping", [k.archive_meta, k.expiry, k.sealed_counted], counted))
+        cleaned = self._scripts.add_calls(trip, calls)
+
+        def read(replies: list[Any]) -> None:
+            script_error(cleaned.value[-1], meta_key=k.archive_meta, unchanged="no bookkeeping was counted")
+            raised(replies)
+            del self.groups[: len(seals)]  # only now: sent again, the counting script counts nothing twice
+            left = replies[1:]
+            if any(isinstance(reply, NoScriptError) for reply in cleaned.replies):
+                # a cleanup ran after the HLENs (the server had lost its script): read them again
+                left = [self.redis.hlen(self.keys.staging(w.batch_no)) for w in done]
+            reopened = {str(w.batch_no): int(time.time() * 1000) for w, n in zip(done, left, strict=True) if n}
+            if reopened:
+                self.redis.zadd(self.keys.open_batches, reopened)  # type: ignore[arg-type]
+
+        opened = trip.part(read)
+        opened.zrem(k.open_batches, *(str(w.batch_no) for w in done))
+        for w in done:  # staged into since read: the batch stays open (the stager's ZADD may be gone)
+            opened.hlen(k.staging(w.batch_no))
 
 
 class BatchSealing:
     """Seals one namespace's batches into their shelves (`ShelfStore`), naming workers through
-    its registry; counts the seals this process made (``seals``, batch number -> seals)."""
+    its registry; counts the seals this process made (``seals``, batch number -> seals). What it
+    writes itself it finishes in the same call, bookkeeping included (``bookkeeping`` holds it
+    only until then, or until the next call when the bookkeeping's round trip failed); seals
+    encoded for a caller to write later (`encode`, `add_writes`) are the caller's to keep."""
 
     def __init__(
-        self, client: redis.Redis, keys: KeySchema, policy: TierPolicy, workers: WorkerRegistry, shelves: ShelfStore
+        self, client: redis.Redis, keys: KeySchema, policy: TierPolicy, workers: WorkerRegistrar, shelves: ShelfStore
     ) -> None:
         self.redis = client
         self.keys = keys
@@ -95,18 +155,14 @@ class BatchSealing:
         self.workers = workers
         self.shelves = shelves
         self.seals: Counter[int] = Counter()
-        self._scripts = Scripts.of(client)
-        # seals written, their bookkeeping not done yet: one queue per process, sent in the order of its group numbers
-        self._bookkeeping: list[tuple[list[_SealWrite], Tier, int]] = []
-        self._process = uuid.uuid4().hex  # names this object's groups of seals in `KeySchema.sealed_counted`
-        self._group = 0  # the number of its last group of seals written
+        self.bookkeeping = SealBookkeeping(client, keys)
 
     def tier(self) -> Tier:
         return read_tier(self.redis, self.keys, self.policy)
 
     def seal_all(self) -> int:
         """Seal every batch with staged records, in batch order (the end of a bulk import)."""
-        self.flush()
+        self.bookkeeping.run()
         sealed = 0
         tier = self.tier()
         while raw := self._open_batches(1000):
@@ -120,7 +176,7 @@ class BatchSealing:
 
     def seal_idle(self, now: float | None = None, limit: int = 100) -> int:
         """Seal batches nobody staged into for ``seal_idle_s`` (partial batches and stragglers)."""
-        self.flush()
+        self.bookkeeping.run()
         cutoff = int(((now or time.time()) - self.policy.seal_idle_s) * 1000)
         raw: Any = self.redis.zrangebyscore(self.keys.open_batches, "-inf", cutoff, start=0, num=limit)
         tier = self.tier() if raw else None
@@ -134,13 +190,13 @@ class BatchSealing:
         ``tier`` is the tier the caller has just read (saves a round trip per batch); without
         it the tier is read here.
         """
-        self.flush()
+        self.bookkeeping.run()
         for _ in range(_SEAL_RETRIES):
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.hgetall(self.keys.staging(batch_no))
-            parse = self.shelves.add_reads(pipe, [batch_no])
-            replies = pipe.execute()
-            write = self._prepare_seal(parse(replies[1:])[batch_no], replies[0], extra)
+            trip = RoundTrip.on(self.redis)
+            staged = trip.part(raised).hgetall(self.keys.staging(batch_no))
+            stored = self.shelves.add_reads(trip, [batch_no])
+            trip.run()
+            write = self._prepare_seal(stored.value[batch_no], staged.value[0], extra)
             if isinstance(write, bool):
                 return write
             if write is not None and self._write_seals([write], tier):
@@ -151,71 +207,46 @@ class BatchSealing:
         """Seal several batches with records in hand (a bulk import): their blobs and staging are
         read in one round trip, each batch is encoded once and all are written in one more; a
         batch changed meanwhile is sealed again on its own."""
-        pipe = self.redis.pipeline(transaction=False)
-        reads = self.queue_reads(pipe, batches, {p.worker_id for parts in batches.values() for p in parts})
-        return self.seal_read(batches, reads(pipe.execute(raise_on_error=False)), tier)
+        trip = RoundTrip.on(self.redis)
+        reads = self.add_reads(trip, batches, {p.worker_id for parts in batches.values() for p in parts})
+        trip.run()
+        return self.seal_from_reads(batches, reads.value, tier)
 
-    def queue_reads(
-        self, pipe: Any, numbers: Iterable[int], worker_ids: set[str], unwritten: UnwrittenSeals | None = None
-    ) -> Callable[[Sequence[Any]], SealReads]:
-        """Queue on ``pipe`` what sealing these batches reads (their staging and slots, and the
-        check of the workers' numbers), after the bookkeeping owed and the writes of ``unwritten``;
-        the function returned takes the replies from the first of these commands on and gives what
-        was read, the workers registered."""
+    def add_reads(self, trip: RoundTrip, numbers: Iterable[int], worker_ids: set[str]) -> Part[SealReads]:
+        """Add to ``trip`` what sealing these batches reads (their staging and slots, and the check
+        of the workers' numbers); the part's value is what was read, the workers registered."""
         numbers = sorted(numbers)
-        cleaned, cleanup = self._queue_cleanup(pipe) if self._bookkeeping else (0, None)
-        written, writes = self._queue_writes(pipe, unwritten) if unwritten else (0, None)
-        skip = cleaned + written
+        staged = trip.part(raised)
         for b in numbers:
-            pipe.hgetall(self.keys.staging(b))
-        parse = self.shelves.add_reads(pipe, numbers)
-        register = self.workers.queue_register(pipe, worker_ids)
-        # the pipeline is run with raise_on_error=False (a deferred cleanup's script may be unknown)
+            staged.hgetall(self.keys.staging(b))
+        stored = self.shelves.add_reads(trip, numbers)
+        self.workers.add_register(trip, worker_ids)  # the workers in hand checked and registered once here
+        return trip.after(lambda: SealReads(dict(zip(numbers, staged.value, strict=True)), stored.value))
 
-        def finish(replies: Sequence[Any]) -> SealReads:
-            if cleanup is not None:
-                cleanup(replies)
-            if writes is not None:
-                writes(replies[cleaned:])
-            replies = replies[skip:]
-            for reply in replies:
-                if isinstance(reply, Exception):
-                    raise reply
-            stored = parse(replies[len(numbers) :])
-            register(replies[-1])  # the workers in hand checked and registered once here
-            return SealReads(dict(zip(numbers, replies, strict=False)), stored)
-
-        return finish
-
-    def seal_read(
-        self,
-        batches: dict[int, list[ArchivedPartition]],
-        reads: SealReads,
-        tier: Tier | None,
-        *,
-        defer: UnwrittenSeals | None = None,
-    ) -> int:
+    def seal_from_reads(self, batches: dict[int, list[ArchivedPartition]], reads: SealReads, tier: Tier | None) -> int:
         """`seal_many` once its reads are in: the batches encoded and written, a batch changed
-        since it was read sealed again on its own; returns the batches sealed. ``defer``: they are
-        encoded into it, written when it is handed to `queue_reads` or `flush`, their bookkeeping
-        with the round trip after, and counted as sealed."""
+        since it was read sealed again on its own; returns the batches sealed."""
         tier = tier or self.tier()
-        writes: list[_SealWrite] = []
-        again = []
-        for b in sorted(batches):
-            write = self._prepare_seal(reads.stored[b], reads.staged[b], batches[b], verify_workers=False)
-            if isinstance(write, _SealWrite):
-                writes.append(write)
-            elif write is None:
-                again.append(b)
-        resealed = sum(self.seal(b, tier, batches[b]) for b in again)
-        if defer is not None:
-            if writes:
-                defer.groups.append((writes, tier, False))
-            return len(writes) + resealed
+        writes, resealed = self.encode(batches, reads, tier)
         written = self._write_seals(writes, tier)
         refused = [w for w in writes if w.batch_no not in written]
         return len(written) + resealed + sum(self.seal(w.batch_no, tier, w.extra) for w in refused)
+
+    def encode(
+        self, batches: dict[int, list[ArchivedPartition]], reads: SealReads, tier: Tier
+    ) -> tuple[list[SealWrite], int]:
+        """The seals of these batches (with their records in hand) encoded from what was read of
+        them, to be written (`add_writes`); a batch that held only corrupt staged records is
+        sealed again now, on its own: returned with how many of those were sealed."""
+        writes: list[SealWrite] = []
+        again = []
+        for b in sorted(batches):
+            write = self._prepare_seal(reads.stored[b], reads.staged[b], batches[b], verify_workers=False)
+            if isinstance(write, SealWrite):
+                writes.append(write)
+            elif write is None:
+                again.append(b)
+        return writes, sum(self.seal(b, tier, batches[b]) for b in again)
 
     def shelve(self, stored: dict[int, StoredBatch]) -> int:
         """Move batch keys written before shelves into their slots, merged with what a slot already
@@ -237,7 +268,7 @@ class BatchSealing:
         extra: Sequence[ArchivedPartition],
         *,
         verify_workers: bool = True,
-    ) -> _SealWrite | bool | None:
+    ) -> SealWrite | bool | None:
         """The seal of blob + staging + extra, encoded; False if there is nothing to seal, None
         if only corrupt records were staged (dropped here: read again)."""
         batch_no = stored.batch_no
@@ -276,7 +307,7 @@ class BatchSealing:
         *,
         staged: dict[bytes, bytes] | None = None,
         before: int = 0,
-    ) -> _SealWrite:
+    ) -> SealWrite:
         """The seal of ``merged`` (in pid order), replacing a blob whose records' archived JSON
         took ``before`` bytes: the JSON bytes it adds are those of ``merged`` less ``before``, as
         its blob bytes are the new blob's less the old one's. So the counters hold what the stored
@@ -287,7 +318,7 @@ class BatchSealing:
         if verify_workers or not all(w in workers for w in names):  # `seal_many` has registered its own
             workers = self.workers.register(names, verify=verify_workers)
         new_blob = encode_blob(merged, workers)
-        return _SealWrite(
+        return SealWrite(
             stored.batch_no,
             stored,
             staged or {},
@@ -298,108 +329,45 @@ class BatchSealing:
             extra,
         )
 
-    def _write_seals(self, writes: list[_SealWrite], tier: Tier | None) -> set[int]:
+    def _write_seals(self, writes: list[SealWrite], tier: Tier | None) -> set[int]:
         """Write the new blobs into their shelves (a script call per shelf, one round trip), then
-        for those not refused the bookkeeping (`_queue_cleanup`), one more. Returns the sealed."""
+        for those not refused the bookkeeping (`SealBookkeeping.run`), one more. Returns the sealed."""
         if not writes:
             return set()
         already_there: set[int] = set()
         written = self.shelves.write(
             [SlotWrite(w.batch_no, w.stored.slot, w.blob, w.stored.legacy) for w in writes], already_there
         )
-        self._written(_uncounted(writes, already_there), written, tier or self.tier())
-        self.flush()
+        self.bookkeeping.owe(self._written(_uncounted(writes, already_there), written), tier or self.tier())
+        self.bookkeeping.run()
         return written
 
-    def _written(self, writes: list[_SealWrite], written: set[int], tier: Tier) -> None:
-        """Seals whose slots were written: counted, their bookkeeping queued (`_queue_cleanup`)
-        under the next number of this process's groups (`seal_bookkeeping.lua`)."""
+    def _written(self, writes: list[SealWrite], written: set[int]) -> list[SealWrite]:
+        """Those of ``writes`` whose slots were written, counted as seals (their bookkeeping is owed)."""
         done = [w for w in writes if w.batch_no in written]
         for w in done:
             self.seals[w.batch_no] += 1
-        if done:
-            self._group = max(self._group + 1, time.time_ns() // 1000)
-            self._bookkeeping.append((done, tier, self._group))
+        return done
 
-    def _queue_writes(self, pipe: Any, unwritten: UnwrittenSeals) -> tuple[int, Callable[[Sequence[Any]], None]]:
-        """Queue on ``pipe`` the slot writes of the seals `seal_read` deferred into ``unwritten``;
-        the function returned takes their replies, queues the bookkeeping of those written and
-        seals again, now, each batch refused (changed since it was read)."""
-        pending = list(unwritten.groups)  # left there until written: a pipeline that fails is sent again
-        unwritten.groups[: len(pending)] = [(group, tier, True) for group, tier, _ in pending]
-        writes = [(w, tier) for group, tier, _ in pending for w in group]
+    def add_writes(self, trip: RoundTrip, groups: list[SealGroup]) -> Part[list[SealGroup]]:
+        """Add to ``trip`` the slot writes of seals `encode` made, in groups with the tier their
+        sealer read; the part's value is the same groups, of the seals written (whose bookkeeping
+        the caller owes, `SealBookkeeping.owe`). Each batch refused (changed since it was read) is
+        sealed again, now, on its own."""
+        writes = [(w, tier) for group, tier in groups for w in group]
         already_there: set[int] = set()
-        count, finish = self.shelves.queue_write(
-            pipe, [SlotWrite(w.batch_no, w.stored.slot, w.blob, w.stored.legacy) for w, _ in writes], already_there
+        slots = self.shelves.add_write(
+            trip, [SlotWrite(w.batch_no, w.stored.slot, w.blob, w.stored.legacy) for w, _ in writes], already_there
         )
 
-        def written(replies: Sequence[Any]) -> None:
-            done = finish(replies[:count])
+        def written() -> list[SealGroup]:
+            done = slots.value
             for w, tier in writes:
                 if w.batch_no not in done:
                     self.seal(w.batch_no, tier, w.extra)
-            del unwritten.groups[: len(pending)]  # every one written, or sealed again
-            for group, tier, sent in pending:
-                self._written(group if sent else _uncounted(group, already_there), done, tier)
+            return [(self._written(_uncounted(group, already_there), done), tier) for group, tier in groups]
 
-        return count, written
-
-    def flush(self, unwritten: UnwrittenSeals | None = None, *, bookkeeping: bool = True) -> None:
-        """Write the seals of ``unwritten`` and do the bookkeeping of every seal written (unless
-        not ``bookkeeping``), now."""
-        if unwritten:
-            pipe = self.redis.pipeline(transaction=False)
-            _, written = self._queue_writes(pipe, unwritten)
-            written(pipe.execute(raise_on_error=False))
-        if self._bookkeeping and bookkeeping:
-            pipe = self.redis.pipeline(transaction=False)
-            _, finish = self._queue_cleanup(pipe)
-            finish(pipe.execute(raise_on_error=False))
-
-    def _queue_cleanup(self, pipe: Any) -> tuple[int, Callable[[Sequence[Any]], None]]:
-        """Queue on ``pipe`` the bookkeeping of the seals written so far: delete the staged records
-        they hold (where unchanged), keep the open-batch set, byte counters and expiry index. The
-        function returned takes the replies from the first of these commands on (the pipeline run
-        with ``raise_on_error=False``); returned with how many replies those commands take.
-
-        Deferred, this is harmless: until it runs, a sealed record is also still staged, as it
-        is after a crash between the two (the next seal of its batch merges the same record)."""
-        seals = list(self._bookkeeping)  # left there until done: a pipeline that fails is sent again
-        done = [w for group, _, _ in seals for w in group]
-        k = self.keys
-        counted: list[Any] = [self._process, _COUNTED_KEPT_US, len(seals)]
-        for group, _, number in seals:
-            counted += [number, sum(w.json_bytes for w in group), sum(w.blob_growth for w in group)]
-        for group, tier, _ in seals:
-            counted += [x for w in group for x in (w.batch_no, w.newest, int(tier is Tier.SUMMARY))]
-        calls = [
-            ("hdel_if_equal", [k.staging(w.batch_no)], [x for pair in w.staged.items() for x in pair])
-            for w in done
-            if w.staged
-        ]
-        calls.append(("seal_bookkeeping", [k.archive_meta, k.expiry, k.sealed_counted], counted))
-        cleanups, cleaned = self._scripts.queue_calls(pipe, calls)
-        pipe.zrem(k.open_batches, *(str(w.batch_no) for w in done))
-        for w in done:  # staged into since read: the batch stays open (the stager's ZADD may be gone)
-            pipe.hlen(k.staging(w.batch_no))
-        count = cleanups + 1 + len(done)
-
-        def finish(all_replies: Sequence[Any]) -> None:
-            replies = all_replies[:count]
-            late = any(isinstance(reply, NoScriptError) for reply in replies[:cleanups])
-            script_error(cleaned(replies)[-1], meta_key=k.archive_meta, unchanged="no bookkeeping was counted")
-            for reply in replies[cleanups:]:
-                if isinstance(reply, Exception):
-                    raise reply
-            del self._bookkeeping[: len(seals)]  # only now: sent again, the counting script counts nothing twice
-            left = replies[len(replies) - len(done) :]
-            if late:  # a cleanup ran after the HLENs (the server had lost its script): read them again
-                left = [self.redis.hlen(self.keys.staging(w.batch_no)) for w in done]
-            reopened = {str(w.batch_no): int(time.time() * 1000) for w, n in zip(done, left, strict=True) if n}
-            if reopened:
-                self.redis.zadd(self.keys.open_batches, reopened)  # type: ignore[arg-type]
-
-        return count, finish
+        return trip.after(written)
 
     def _sealed(self, stored: StoredBatch) -> dict[int, ArchivedPartition]:
         """The records already sealed in a batch, by pid: its old key's, overridden by its slot's."""
@@ -432,7 +400,7 @@ class BatchSealing:
             return decode_blob(blob, self.workers.map)
 
 
-def _uncounted(writes: list[_SealWrite], already_there: set[int]) -> list[_SealWrite]:
+def _uncounted(writes: list[SealWrite], already_there: set[int]) -> list[SealWrite]:
     """``writes`` with those found already in place on their first sending counted as adding no
     bytes: another sealer wrote the same blob, and counted it."""
     if not already_there:

@@ -23,6 +23,7 @@ from codec.framing import SHELF_SLOTS, shelf_slot, shelved, unshelved
 from layers.archive.dead_letters import DeadLetters
 from layers.keys import KeySchema
 from layers.plumbing.replies import script_error
+from layers.plumbing.roundtrip import Part, RoundTrip, raised
 from layers.plumbing.scripts import Scripts
 
 
@@ -60,24 +61,20 @@ def shelf_of(batch_no: int) -> tuple[int, int]:
 
 
 def add_shelf_reads(
-    pipe: Any, keys: KeySchema, numbers: Iterable[int], quarantine: Callable[[int, Any, str], None] | None = None
-) -> Callable[[Sequence[Any]], dict[int, StoredBatch]]:
-    """Queue the reads of these batches on ``pipe`` (a pipeline, or a `layers.plumbing.steps.Batch`; a
-    shelf is read once however many of its batches are asked for); the function returned turns
-    the replies to them, in order, into the stored batches. A shelf whose slot table is damaged
+    trip: RoundTrip, keys: KeySchema, numbers: Iterable[int], quarantine: Callable[[int, Any, str], None] | None = None
+) -> Part[dict[int, StoredBatch]]:
+    """Add the reads of these batches to ``trip`` (a shelf is read once however many of its batches
+    are asked for); the part's value is the stored batches. A shelf whose slot table is damaged
     reads as empty, with the reason in `StoredBatch.damaged`, and is handed to ``quarantine``."""
     wanted = sorted(set(numbers))
     shelves = sorted({b // SHELF_SLOTS for b in wanted})
-    for s in shelves:
-        pipe.get(keys.shelf(s))
-    for b in wanted:
-        pipe.get(keys.batch(b))
 
-    def parse(replies: Sequence[Any]) -> dict[int, StoredBatch]:
+    def read(replies: list[Any]) -> dict[int, StoredBatch]:
+        raised(replies)
         raw = dict(zip(shelves, replies, strict=False))
         damaged: dict[int, str] = {}
         out = {}
-        for b, legacy in zip(wanted, replies[len(shelves) : len(shelves) + len(wanted)], strict=True):
+        for b, legacy in zip(wanted, replies[len(shelves) :], strict=True):
             s, slot = shelf_of(b)
             blob = None
             if s not in damaged:
@@ -90,7 +87,12 @@ def add_shelf_reads(
             out[b] = StoredBatch(b, blob, legacy, damaged.get(s, ""))
         return out
 
-    return parse
+    part = trip.part(read)
+    for s in shelves:
+        part.get(keys.shelf(s))
+    for b in wanted:
+        part.get(keys.batch(b))
+    return part
 
 
 class ShelfStore:
@@ -102,32 +104,33 @@ class ShelfStore:
 
     def read(self, numbers: Iterable[int], *, repair: bool = True) -> dict[int, StoredBatch]:
         """The stored blobs of these batches, in one round trip (see `add_reads`)."""
-        pipe = self.redis.pipeline(transaction=False)
-        parse = self.add_reads(pipe, numbers, repair=repair)
-        return parse(pipe.execute())
+        trip = RoundTrip.on(self.redis)
+        reads = self.add_reads(trip, numbers, repair=repair)
+        trip.run()
+        return reads.value
 
     def add_reads(
-        self, pipe: Any, numbers: Iterable[int], *, repair: bool = True
-    ) -> Callable[[Sequence[Any]], dict[int, StoredBatch]]:
+        self, trip: RoundTrip, numbers: Iterable[int], *, repair: bool = True
+    ) -> Part[dict[int, StoredBatch]]:
         """`add_shelf_reads`; with ``repair`` a shelf whose slot table is damaged is also
         quarantined, so the next seals rebuild its batches from what is staged."""
-        return add_shelf_reads(pipe, self.keys, numbers, self._quarantine if repair else None)
+        return add_shelf_reads(trip, self.keys, numbers, self._quarantine if repair else None)
 
     def write(self, writes: Sequence[SlotWrite], already_there: set[int] | None = None) -> set[int]:
         """Write slots, one script call per shelf (one round trip); returns the batches written
-        (the others changed since they were read; ``already_there`` as in `queue_write`); the old
+        (the others changed since they were read; ``already_there`` as in `add_write`); the old
         per-batch keys of those written are deleted."""
-        pipe = self.redis.pipeline(transaction=False)
-        _, finish = self.queue_write(pipe, writes, already_there)
-        return finish(pipe.execute(raise_on_error=False))
+        trip = RoundTrip.on(self.redis)
+        written = self.add_write(trip, writes, already_there)
+        trip.run()
+        return written.value
 
-    def queue_write(
-        self, pipe: Any, writes: Sequence[SlotWrite], already_there: set[int] | None = None
-    ) -> tuple[int, Callable[[Sequence[Any]], set[int]]]:
-        """`write` on the caller's pipeline (run with ``raise_on_error=False``): how many replies it
-        takes, first in the pipeline's, and the function that turns them into the batches written.
-        Those among them whose slot already held the new blob (not written by this call) are
-        added to ``already_there``."""
+    def add_write(
+        self, trip: RoundTrip, writes: Sequence[SlotWrite], already_there: set[int] | None = None
+    ) -> Part[set[int]]:
+        """`write` in the caller's round trip: the part's value is the batches written. Those among
+        them whose slot already held the new blob (not written by this call) are added to
+        ``already_there``."""
         by_shelf: dict[int, list[SlotWrite]] = defaultdict(list)
         for w in writes:
             by_shelf[w.batch_no // SHELF_SLOTS].append(w)
@@ -138,27 +141,26 @@ class ShelfStore:
             for w in group:
                 args += [w.batch_no % SHELF_SLOTS, shelved(w.expected or b""), shelved(w.blob)]
             calls.append(("shelf_put", [self.keys.shelf(s)], args))
-        count, replies_of = self._scripts.queue_calls(pipe, calls)
+        puts = self._scripts.add_calls(trip, calls)
 
-        def finish(replies: Sequence[Any]) -> set[int]:
-            written: list[int] = []
-            for (s, group), reply in zip(shelves, replies_of(replies), strict=True):
+        def written() -> set[int]:
+            done: set[int] = set()
+            for (s, group), reply in zip(shelves, puts.value, strict=True):
                 refused = script_error(reply)
                 if refused is not None:
                     if refused.code != "corrupt":
                         raise RuntimeError(f"shelf_put refused: {refused.detail}")
                     self._quarantine(s, self.redis.get(self.keys.shelf(s)), refused.detail)
                     continue
-                written += [w.batch_no for w, ok in zip(group, reply, strict=True) if int(ok)]
+                done.update(w.batch_no for w, ok in zip(group, reply, strict=True) if int(ok))
                 if already_there is not None:
                     already_there.update(w.batch_no for w, ok in zip(group, reply, strict=True) if int(ok) == 2)
-            done = set(written)
             old = [(w.batch_no, w.legacy) for w in writes if w.legacy and w.batch_no in done]
             if old:
                 self._scripts.run_many([("del_if_equal", [self.keys.batch(b)], [raw]) for b, raw in old])
             return done
 
-        return count, finish
+        return trip.after(written)
 
     def _quarantine(self, shelf_no: int, raw: Any, reason: str) -> None:
         """Keep a shelf with a damaged table aside (its blobs cannot be told apart) and remove it,

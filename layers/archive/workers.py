@@ -1,28 +1,29 @@
-"""The Redis-backed worker registry: persists the `codec.WorkerMap` numbering."""
+"""The Redis-backed worker registry: persists the `codec.WorkerNumbering` numbering."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import redis
 
-from codec import ArchivedPartition, DecodeError, WorkerMap, find_in_blob
+from codec import ArchivedPartition, DecodeError, WorkerNumbering, find_in_blob
 from codec.validate import check_worker_id
 from layers.keys import KeySchema
 from layers.plumbing.replies import as_text
+from layers.plumbing.roundtrip import Part, RoundTrip, raised
 from layers.plumbing.scripts import Scripts
 from layers.plumbing.steps import Batch, Steps, SyncIO
 
 
-class WorkerNumbers:
+class RegistryReader:
     """The numbering of a registry as last read, and its reading as steps (`layers.plumbing.steps`): what a
     reader of sealed batches needs, on either kind of client."""
 
     def __init__(self, keys: KeySchema) -> None:
         self.keys = keys
-        self.map = WorkerMap()
+        self.map = WorkerNumbering()
         self.generation: str | None = None  # of the registry ``map`` was read from (see register_workers.lua)
         self._lock = threading.RLock()  # a bulk import registers from two threads
 
@@ -30,7 +31,7 @@ class WorkerNumbers:
         """Whether ``generation`` (the field '' of the workers hash, as read) is the cached one."""
         return (None if generation is None else as_text(generation)) == self.generation
 
-    def refresh_steps(self, *, forget: bool = False) -> Steps[WorkerMap]:
+    def refresh_steps(self, *, forget: bool = False) -> Steps[WorkerNumbering]:
         """Read every pair from Redis into the map (after another process registered workers);
         with ``forget`` the map is rebuilt from what was read alone."""
         batch = Batch()
@@ -40,7 +41,7 @@ class WorkerNumbers:
         generation = None if generation is None else as_text(generation)
         with self._lock:
             if forget or generation != self.generation:  # another registry than the cached one: nothing of it holds
-                self.map = WorkerMap()
+                self.map = WorkerNumbering()
                 self.generation = generation
             try:
                 for short, worker_id in raw.items():
@@ -60,8 +61,8 @@ class WorkerNumbers:
             return find_in_blob(blob, self.map, pid)
 
 
-class WorkerRegistry(WorkerNumbers):
-    """A local `WorkerMap` kept in step with the registry in Redis."""
+class WorkerRegistrar(RegistryReader):
+    """A local `WorkerNumbering` kept in step with the registry in Redis."""
 
     def __init__(self, redis_client: redis.Redis, keys: KeySchema) -> None:
         super().__init__(KeySchema.of(keys, client=redis_client))
@@ -70,7 +71,7 @@ class WorkerRegistry(WorkerNumbers):
         self._scripts = Scripts.of(redis_client)
         self.round_trips = 0
 
-    def register(self, worker_ids: Iterable[str], *, verify: bool = True) -> WorkerMap:
+    def register(self, worker_ids: Iterable[str], *, verify: bool = True) -> WorkerNumbering:
         """Make sure every worker has a number (assigned atomically in Redis); returns the local map.
 
         With ``verify`` the numbers the local map holds for these workers are first checked
@@ -81,7 +82,7 @@ class WorkerRegistry(WorkerNumbers):
         with self._lock:
             return self._register(wanted, verify)
 
-    def numbering(self, worker_ids: Iterable[str]) -> tuple[WorkerMap, str | None]:
+    def numbering(self, worker_ids: Iterable[str]) -> tuple[WorkerNumbering, str | None]:
         """`register` without the check against Redis (no round trip when every worker is
         known), and the registry generation those numbers belong to, read together: the commit
         script refuses numbers of a registry that has changed since."""
@@ -89,23 +90,23 @@ class WorkerRegistry(WorkerNumbers):
         with self._lock:
             return self._register(wanted, verify=False), self.generation
 
-    def queue_register(self, pipe: Any, worker_ids: Iterable[str]) -> Callable[[Any], WorkerMap]:
-        """`register` in two halves, so the check of the known numbers rides on the caller's
-        pipeline: this queues its HMGET on ``pipe``; the function returned takes that command's
-        reply (anything when none was queued) and registers the new workers."""
+    def add_register(self, trip: RoundTrip, worker_ids: Iterable[str]) -> Part[WorkerNumbering]:
+        """`register` with the check of the known numbers in the caller's round trip (an HMGET,
+        none when no worker is known yet): the part's value is the map, new workers registered."""
         wanted = _checked(worker_ids)
         with self._lock:
             known = [w for w in wanted if w in self.map]
-        if known:
-            pipe.hmget(self.keys.workers, ["", *known])
 
-        def finish(reply: Any) -> WorkerMap:
+        def read(replies: list[Any]) -> WorkerNumbering:
             with self._lock:
                 if known:
-                    self._check(known, reply)
+                    self._check(known, raised(replies)[0])
                 return self._register(wanted, verify=False)
 
-        return finish
+        part = trip.part(read)
+        if known:
+            part.hmget(self.keys.workers, ["", *known])
+        return part
 
     def _check(self, known: list[str], stored: Any) -> None:
         """Reload if Redis's numbers for ``known`` (and its generation) are not the cached ones."""
@@ -115,7 +116,7 @@ class WorkerRegistry(WorkerNumbers):
         ]:
             self.reload()  # out of step with Redis (it lost its data, or was changed by hand)
 
-    def _register(self, wanted: list[str], verify: bool) -> WorkerMap:
+    def _register(self, wanted: list[str], verify: bool) -> WorkerNumbering:
         known = [w for w in wanted if w in self.map]
         if verify and known:
             self.round_trips += 1
@@ -131,12 +132,12 @@ class WorkerRegistry(WorkerNumbers):
                 self.map.add(int(short), worker_id)
         return self.map
 
-    def reload(self) -> WorkerMap:
+    def reload(self) -> WorkerNumbering:
         """Forget the local numbering and read Redis's."""
         with self._lock:  # held over the read too: no registration in this process meanwhile
             return self._io.run(self.refresh_steps(forget=True))
 
-    def refresh(self) -> WorkerMap:
+    def refresh(self) -> WorkerNumbering:
         """Reload every pair from Redis (after another process registered workers)."""
         with self._lock:
             return self._io.run(self.refresh_steps())

@@ -13,7 +13,7 @@ deletes it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import orjson
@@ -43,13 +43,17 @@ class ArchiverHealth:
     started: float
     last_beat: float
     rate: float  # partitions archived per second since the previous beat
-    pending: int  # entries read and not yet committed
+    uncommitted: int  # entries read and not yet committed (stored and shown as ``pending``, `to_dict`)
     archived: int = 0  # partitions archived since start
     stale_after_s: float = STALE_AFTER_S  # silent for longer than this: dead (3 beats)
     alive: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields, ``uncommitted`` under its stored name ``pending`` (read by archivers of earlier
+        releases and shown by ``archivers --json``)."""
+        body = asdict(self)
+        body["pending"] = body.pop("uncommitted")
+        return body
 
 
 class Liveness:
@@ -130,7 +134,7 @@ def _decode(name: str, value: bytes) -> ArchiverHealth:
             started=float(data["started"]),
             last_beat=float(data["last_beat"]),
             rate=float(data["rate"]),
-            pending=int(data["pending"]),
+            uncommitted=int(data["pending"]),
             archived=int(data["archived"]),
             stale_after_s=float(data["stale_after_s"]),
         )
@@ -139,4 +143,4 @@ def _decode(name: str, value: bytes) -> ArchiverHealth:
 
 
 def _with_alive(health: ArchiverHealth, alive: bool) -> ArchiverHealth:
-    return health if health.alive == alive else ArchiverHealth(**{**health.to_dict(), "alive": alive})
+    return health if health.alive == alive else replace(health, alive=alive)

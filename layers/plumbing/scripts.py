@@ -10,7 +10,9 @@ node never saw it sent whole (EVAL) on Redis Cluster; every run on Redis Cluster
 its slot moves (`layers.plumbing.slot_moves.riding_out`); and an error Redis answers with
 ``user_script:N`` named by the file and line of the script's own source (`located`). `Scripts`
 drives those steps blocking, `AsyncScripts` awaits them: the two differ in nothing else. Here too,
-on a blocking client: several scripts in one round trip (`Scripts.run_many`, `Scripts.queue_calls`).
+on a blocking client: several scripts in one round trip (`Scripts.run_many`, `Scripts.add_calls`),
+and a call sent on a `KeptConnection` whose reply is read later (`Scripts.send`, `Scripts.reply`: the
+archiver's commit, sent with a page's reads).
 
 The worker's hot path pays nothing for this: a driver sends `ScriptCore.first` itself and hands
 the steps only the error it got, if any. On asyncio, a read-only script's first command goes on a
@@ -25,7 +27,7 @@ import contextlib
 import functools
 import hashlib
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, Self
 from weakref import WeakKeyDictionary
 
@@ -54,6 +56,7 @@ from layers.plumbing.lua_sources import (
     script_source,
 )
 from layers.plumbing.replies import as_text
+from layers.plumbing.roundtrip import Part, RoundTrip
 from layers.plumbing.slot_moves import follow_ask_to_new_masters, riding_out
 
 if HIREDIS_AVAILABLE:
@@ -257,12 +260,7 @@ class Scripts(_ClientScripts):
 
     def __init__(self, client: redis.Redis) -> None:
         super().__init__(client)
-        self._loaded: set[str] = set()  # loaded by `queue_calls` (the server may have lost them since)
-
-    def sha(self, name: str) -> str:
-        """The SHA1 of a script, for a caller that sends ``EVALSHA`` itself (and runs the call again
-        through `__call__`, which loads the script, if the server answers ``NOSCRIPT``)."""
-        return self.core.sha(name)
+        self._loaded: set[str] = set()  # loaded by `add_calls` (the server may have lost them since)
 
     def __call__(self, name: str, keys: list[str], args: list[Any], *, on: KeptConnection | None = None) -> Any:
         """Run script ``name``; with ``on``, its first command goes on that kept connection instead of
@@ -278,40 +276,55 @@ class Scripts(_ClientScripts):
                 failed = exc
         return drive(self.core.steps(name, keys, args, failed), self._perform)
 
+    def send(self, name: str, keys: list[str], args: list[Any], *, on: KeptConnection) -> None:
+        """Send script ``name``'s first command on ``on`` without reading its reply: `reply`, with the
+        same call, reads it (after the replies of what was sent on ``on`` before). Not on Redis
+        Cluster, which has no one connection to a script's keys."""
+        first = self.core.first(name, keys, args)
+        if first is None:
+            raise RuntimeError("a script is sent on a kept connection only to one server")
+        on.write(first)
+
+    def reply(self, name: str, keys: list[str], args: list[Any], *, on: KeptConnection) -> Any:
+        """The reply of the call `send` sent on ``on``; an error it answered is handled as a call's
+        is (`__call__`): the script loaded and run again where the server lacks it, a script's
+        error named by its file and line."""
+        try:
+            return on.read()
+        except Exception as exc:  # the core's steps take it from here
+            failed = exc
+        return drive(self.core.steps(name, keys, args, failed), self._perform)
+
     def _perform(self, step: Any) -> Any:
         return perform(self._client, step)
 
     def run_many(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any]:
         """Run several scripts in one round trip (a pipeline of EVALSHA), or one by one on Redis
-        Cluster (`queue_calls`)."""
+        Cluster (`add_calls`)."""
         if self.core.cluster or len(calls) == 1:
             return [self(name, keys, args) for name, keys, args in calls]
-        pipe = self._client.pipeline(transaction=False)
-        _, finish = self.queue_calls(pipe, calls)
-        return finish(pipe.execute(raise_on_error=False))
+        trip = RoundTrip.on(self._client)
+        ran = self.add_calls(trip, calls)
+        trip.run()
+        return ran.value
 
-    def queue_calls(
-        self, pipe: Any, calls: list[tuple[str, list[str], list[Any]]]
-    ) -> tuple[int, Callable[[Sequence[Any]], list[Any]]]:
-        """Queue script calls on the caller's pipeline (to be run with ``raise_on_error=False``);
-        returns how many replies they take, first in the pipeline's, and the function that turns
-        those replies into the scripts' (raising a script's error). A call the server did not know
-        the script of (after SCRIPT FLUSH or a restart) is run again on its own, which loads it; the
-        others ran once, in their place, as does a script loaded since this process started.
-        (redis-py's own pipeline scripts ask SCRIPT EXISTS first: a second round trip every time.)
-        On Redis Cluster, whose client refuses scripts in pipelines (their keys may live on
-        different nodes), they are run here and now, one by one, and take no reply."""
+    def add_calls(self, trip: RoundTrip, calls: list[tuple[str, list[str], list[Any]]]) -> Part[list[Any]]:
+        """Add script calls to the caller's round trip; the part's value is the scripts' replies (a
+        script's error raised). A call the server did not know the script of (after SCRIPT FLUSH or
+        a restart) is run again on its own, which loads it; the others ran once, in their place, as
+        does a script loaded since this process started. (redis-py's own pipeline scripts ask
+        SCRIPT EXISTS first: a second round trip every time.) On Redis Cluster, whose client
+        refuses scripts in pipelines (their keys may live on different nodes), they are run here
+        and now, one by one, and add no command."""
         if self.core.cluster:
             done = [self(name, keys, args) for name, keys, args in calls]
-            return 0, lambda _replies: done
+            return trip.part(lambda _replies: done)
         for name in {name for name, _, _ in calls} - self._loaded:  # loaded first, so they run in their place
             self._client.script_load(script_source(name))
             self._loaded.add(name)
-        for name, keys, args in calls:
-            pipe.evalsha(self.core.sha(name), len(keys), *keys, *args)
 
-        def finish(replies: Sequence[Any]) -> list[Any]:
-            out = list(replies[: len(calls)])
+        def read(replies: list[Any]) -> list[Any]:
+            out = list(replies)
             for i, reply in enumerate(out):
                 if isinstance(reply, NoScriptError):
                     out[i] = self(*calls[i])
@@ -321,7 +334,10 @@ class Scripts(_ClientScripts):
                     raise reply
             return out
 
-        return len(calls), finish
+        part = trip.part(read)
+        for name, keys, args in calls:
+            part.evalsha(self.core.sha(name), len(keys), *keys, *args)
+        return part
 
 
 class AsyncScripts(_ClientScripts):
@@ -413,7 +429,7 @@ class ReadLane:
             return await self._usual(command)
         try:
             async with asyncio.timeout(self._deadline):
-                await conn.send_packed_command(conn.pack_command(command.method.upper(), *command.args), False)
+                await conn.send_packed_command(_packed(conn, command), False)
                 return await conn.read_response()
         except _CUT_SHORT:
             pass  # closed by redis-py, which connects it again when next used: sent again the usual way
@@ -455,8 +471,21 @@ class KeptConnection:
         self.conn = pool.get_connection()
 
     def send(self, command: Send) -> Any:
-        self.conn.send_packed_command(_packed(self.conn, command), False)
+        self.write(command)
         return self.conn.read_response()
+
+    def write(self, command: Send) -> None:
+        """Send ``command`` without reading its reply (`read` reads the replies in the order sent)."""
+        self.conn.send_packed_command(_packed(self.conn, command), False)
+
+    def read(self, *, raw: bool = False) -> Any:
+        """The next reply; ``raw``: bytes left undecoded, whatever the client decodes."""
+        return self.conn.read_response(disable_decoding=True) if raw else self.conn.read_response()
+
+    def drop(self) -> None:
+        """Close the connection (a reply may be on its way that nobody is to read) and give it back."""
+        self.conn.disconnect()
+        self.pool.release(self.conn)
 
     def close(self) -> None:
         self.pool.release(self.conn)
@@ -468,8 +497,8 @@ REPLIES_A_DEADLINE = 64
 
 class AsyncKeptConnection:
     """`KeptConnection` on asyncio, shared by the tasks of one loop (`layers.plumbing.steps.AsyncLane`:
-    a worker runtime's slots), its calls pipelined: a call is queued, what the queue holds is written
-    at once when the loop next turns, and the replies are read in their order by a reader of their
+    a worker runtime's slots), its calls pipelined: a call waits unsent, what waits is written at once
+    when the loop next turns, and the replies are read in their order by a reader of their
     own, while later calls are written (as ioredis's auto-pipelining does). So N tasks that call
     together cost one write and one wake-up of the loop, not N, and neither side waits for the
     other's batch: on asyncio what a call costs the client (a system call, a turn of the loop) is
@@ -493,7 +522,8 @@ class AsyncKeptConnection:
         return cls(pool, await pool.get_connection())
 
     def send(self, command: Send) -> asyncio.Future[Any]:
-        """``command`` queued; the future of its reply (a future, not a coroutine: one frame less a call)."""
+        """``command`` added to what waits unsent; the future of its reply (a future, not a coroutine:
+        one frame less a call)."""
         future = asyncio.get_running_loop().create_future()
         self._unsent.append((command, future))
         if self._writing is None:
