@@ -35,7 +35,7 @@ from codec import ArchivedPartition
 from layers import KeySchema, TierPolicy
 from layers.plumbing.meta import stored_int
 from layers.plumbing.replies import as_text
-from layers.plumbing.slot_moves import run_transaction
+from layers.plumbing.resharding import run_transaction
 from stats.compaction import COARSE, coarse_of
 from stats.fields import worker_ids
 from stats.lost import lost_detail, marked, runs

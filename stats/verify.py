@@ -25,7 +25,7 @@ from codec.elk import as_archived, parse_archived
 from layers import ArchiveLayer, KeySchema, TierPolicy
 from layers.plumbing.meta import stored_int
 from layers.plumbing.replies import as_text
-from layers.plumbing.slot_moves import run_transaction
+from layers.plumbing.resharding import run_transaction
 from stats.compaction import coarse_of, merge_fields
 from stats.fields import by_worker_id, to_numbered, worker_ids
 from stats.lost import LostDetail, indexed_pids, lost_detail, marked, runs

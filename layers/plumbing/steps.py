@@ -10,7 +10,7 @@ drives them. A step that fails is thrown into the generator at its ``yield``, so
 around a step work as around a call.
 
 The loops that drive the steps are `layers.plumbing.drive`'s; so are scripts run
-(`layers.plumbing.scripts`) and slot moves ridden out (`layers.plumbing.slot_moves`), so what
+(`layers.plumbing.scripts`) and slot moves ridden out (`layers.plumbing.resharding`), so what
 holds for one flavour holds for the other.
 
 `operation` turns a method returning steps into the public method of both flavours at once (a
@@ -29,8 +29,8 @@ import redis.asyncio
 from redis.commands.core import CoreCommands
 
 from layers.plumbing.drive import Call, Steps, adrive, aperform, drive, perform
+from layers.plumbing.resharding import ride_out, ride_out_async
 from layers.plumbing.scripts import AsyncKeptConnection, AsyncScripts, KeptConnection, Scripts
-from layers.plumbing.slot_moves import ride_out, ride_out_async
 
 __all__ = [
     "AsyncClient",
