@@ -33,7 +33,7 @@ from archiver.router import AsyncQueryRouter
 from archiver.version import installed_version
 from archiver.web.docs import add_offline_redoc
 from archiver.web.errors import ErrorResponses, error_response
-from archiver.web.lookup import LookupFirst, LoopRouters, PartitionLookupPath, answer_body, answering_lookups_first
+from archiver.web.lookup import LookupPathApp, LoopRouters, PartitionLookupPath, answer_body, answering_lookups_first
 from archiver.web.overview import NamespaceList, collect_overview
 from layers import MAX_PARTITION_ID, WrongKeyType
 from layers.plumbing.meta import wrong_type_error_steps
@@ -112,7 +112,7 @@ PartitionId = Annotated[int, Path(ge=0, le=MAX_API_ID, description="partition id
 
 def create_app(
     client: redis.Redis, config: Config, *, async_client: Callable[[], AsyncClient] | None = None
-) -> LookupFirst:
+) -> LookupPathApp:
     """The app on ``client``; partition lookups go through an asyncio client of the same server,
     made by ``async_client`` (by default the twin of ``client``, `archiver.engine.async_twin`)
     once per event loop."""

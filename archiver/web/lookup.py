@@ -3,7 +3,7 @@
 The lookup is the API's hot request, and most of its time over HTTP went to the framework rather
 than to the router: a thread pool hop, FastAPI's own middleware (error handling, telemetry, body
 limit), routing, dependency solving and response-model validation. `PartitionLookupPath` answers a
-well-formed lookup as soon as the request arrives, before all of it (`LookupFirst`), with the
+well-formed lookup as soon as the request arrives, before all of it (`LookupPathApp`), with the
 same status and bytes as the FastAPI route, which stays the documented contract and answers
 everything else (ids out of range, malformed paths).
 
@@ -60,7 +60,7 @@ class LoopRouters:
             self._router = self._loop = None
 
 
-class LookupFirst(FastAPI):
+class LookupPathApp(FastAPI):
     """The app: a FastAPI app whose `PartitionLookupPath` answers a well-formed lookup before
     anything of FastAPI's or Starlette's runs (their ``__call__`` alone, a telemetry check that
     reads the environment and the scope's set-up, was 5% of a lookup's instructions). fastapi-offline
@@ -74,10 +74,10 @@ class LookupFirst(FastAPI):
             await super().__call__(scope, receive, send)
 
 
-def answering_lookups_first(app: FastAPI, lookup_path: PartitionLookupPath) -> LookupFirst:
-    """``app`` as a `LookupFirst` (the same object: its routes, state and settings unchanged)."""
-    app.__class__ = LookupFirst
-    assert isinstance(app, LookupFirst)
+def answering_lookups_first(app: FastAPI, lookup_path: PartitionLookupPath) -> LookupPathApp:
+    """``app`` as a `LookupPathApp` (the same object: its routes, state and settings unchanged)."""
+    app.__class__ = LookupPathApp
+    assert isinstance(app, LookupPathApp)
     app.lookup_path = lookup_path
     return app
 
