@@ -40,7 +40,7 @@ from layers.errors import ColdFileDamaged, ColdStoreUnavailable
 from layers.keys import is_cluster_client
 from layers.plumbing.meta import StoredBatchSize, typed_steps
 from layers.plumbing.replies import as_text
-from layers.plumbing.steps import AsyncClient, AsyncIO, Batch, Call, Script, Steps, SyncIO, awaiting, blocking
+from layers.plumbing.steps import AsyncClient, AsyncIO, Awaited, Batch, Blocking, Call, Script, Steps, SyncIO, operation
 from stats.reader import RangeSummaries
 
 
@@ -158,6 +158,8 @@ class RouterCore:
             answer = yield from typed_steps(self.keys, self._lookup(pid))
         self._answers[answer.source].inc()
         return answer
+
+    get = operation(_get)
 
     def _lookup(self, pid: int) -> Steps[Answer]:
         size = self.batch_sizes.known  # as the batches were written, whatever is configured
@@ -284,7 +286,7 @@ class RouterCore:
         return Answer(pid, Source.EXPIRED, None, True, problem)
 
 
-class QueryRouter(RouterCore):
+class QueryRouter(RouterCore, Blocking):
     """Answers for any partition from whichever layer holds it, on a `redis.Redis` (or
     `redis.RedisCluster`) client: ``router.get(pid)``. `AsyncQueryRouter` is the asyncio one."""
 
@@ -310,10 +312,8 @@ class QueryRouter(RouterCore):
             keys, a.policy, a.batch_sizes, a.workers, summary_lookup, scripted=scripted, cold_lookup=cold.find
         )
 
-    get = blocking(RouterCore._get)
 
-
-class AsyncQueryRouter(RouterCore):
+class AsyncQueryRouter(RouterCore, Awaited):
     """``answer = await router.get(pid)``. With ``archive`` (a synchronous `ArchiveLayer` of the same
     namespace) the router shares its policy, stored batch size and worker numbering, and does no
     I/O through it; ``summary_lookup`` may be a plain or a coroutine function. A cold file is read
@@ -344,5 +344,3 @@ class AsyncQueryRouter(RouterCore):
         super().__init__(
             keys, policy, batch_sizes, workers, summary_lookup, scripted=scripted, cold_lookup=cold.find_async
         )
-
-    get = awaiting(RouterCore._get)

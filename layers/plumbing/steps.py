@@ -14,7 +14,7 @@ The loops that drive the steps are `layers.plumbing.drive`'s; so are scripts run
 holds for one flavour holds for the other.
 
 `operation` turns a method returning steps into the public method of both flavours at once (a
-`Blocking` or an `Awaited` instance); `blocking` and `awaiting` into that of one.
+`Blocking` or an `Awaited` instance): the worker SDK's and the query router's.
 """
 
 from __future__ import annotations
@@ -44,8 +44,6 @@ __all__ = [
     "Steps",
     "SyncIO",
     "SyncLane",
-    "awaiting",
-    "blocking",
     "one",
     "operation",
 ]
@@ -216,30 +214,6 @@ class AsyncLane(AsyncIO):
 def _keys(step: Batch) -> list[str]:
     """The keys of a batch's commands (each command's first argument), for `ride_out`'s metric."""
     return [str(args[1]) for args, _ in step.calls if len(args) > 1]
-
-
-def blocking(steps: Callable[Concatenate[Any, P], Steps[T]]) -> Callable[Concatenate[Any, P], T]:
-    """The method that runs ``steps`` with the instance's `SyncIO` (``self._io``)."""
-
-    def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        io: SyncIO = self._io
-        return io.run(steps(self, *args, **kwargs))
-
-    functools.update_wrapper(method, steps)
-    return method
-
-
-def awaiting(
-    steps: Callable[Concatenate[Any, P], Steps[T]],
-) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, T]]:
-    """The coroutine method that awaits ``steps`` with the instance's `AsyncIO` (``self._io``)."""
-
-    async def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        io: AsyncIO = self._io
-        return await io.run(steps(self, *args, **kwargs))
-
-    functools.update_wrapper(method, steps)
-    return method
 
 
 class Blocking:
