@@ -26,8 +26,8 @@ from layers.control.switch import ArchivalSwitch
 from layers.plumbing.replies import as_text
 from layers.plumbing.resharding import ride_out
 from stats import StatsCompactor, StatsReader
-from stats.commit_rollups import commit_buffer
 from stats.progress import ProgressLog
+from stats.rollup import commit_buffer
 
 
 class Namespace:

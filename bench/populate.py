@@ -175,7 +175,7 @@ def write_stats(
     stored tier (the default policy takes a million partitions to the summary tier).
     """
     from layers import ArchiveLayer
-    from stats.commit_rollups import committer as archive_committer
+    from stats.rollup import committer as archive_committer
 
     committer = archive_committer(ArchiveLayer(client, keys, policy), range_width)
     committer.check_statistics()

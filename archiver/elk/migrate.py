@@ -39,7 +39,7 @@ from codec import ArchivedPartition
 from layers import Tier
 from layers.archive.commit import CommitBuffer
 from layers.elk import ElkSource, FamilySurvey, Item, Rejected
-from stats.commit_rollups import commit_buffer
+from stats.rollup import commit_buffer
 
 SOURCES = ("active", "archived", "batch")
 CHUNK = 2000

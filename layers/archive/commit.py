@@ -103,7 +103,7 @@ class CommitCall(NamedTuple):
 
 class CommitStatistics(Protocol):
     """The statistics' part of a commit, computed by the statistics layer
-    (`stats.commit_rollups.CommitRollups`) and asked for here each time a call is built: a commit
+    (`stats.rollup.CommitRollups`) and asked for here each time a call is built: a commit
     sent again without the partitions found counted, or after the worker registry was reloaded,
     carries other statistics than the first."""
 
