@@ -65,6 +65,11 @@ class Answer:
     detail: str = ""
     summary: dict[str, Any] | None = None
 
+    @classmethod
+    def not_found(cls, partition_id: int) -> Answer:
+        """No layer holds the partition."""
+        return cls(partition_id, Source.NONE, detail="no such partition")
+
     @property
     def found(self) -> bool:
         return self.source is not Source.NONE
@@ -202,7 +207,7 @@ class RouterCore:
             return (yield from self._fallback(pid, problem))
         if done:
             return Answer(pid, Source.QUEUE, None, True, "completed, waiting in the archive queue")
-        return Answer(pid, Source.NONE, detail="no such partition")
+        return Answer.not_found(pid)
 
     def _read(self, pid: int, batch_size: int) -> Steps[_Reads]:
         """Everything about ``pid`` in one round trip, its batch found by ``batch_size``; with the
