@@ -30,10 +30,11 @@ import redis
 from archiver.metrics import DECODES, ROUTER_ANSWERS, ROUTER_SECONDS
 from codec import ArchivedPartition, DecodeError, PartitionInfo
 from codec.elk import ElkRecord, decode_active, parse_archived
-from codec.framing import SHELF_SLOTS, unshelved
+from codec.framing import unshelved
 from codec.validate import check_partition_id
 from layers import ArchiveLayer, KeySchema, TierPolicy
 from layers.archive.cold_store import ColdReads
+from layers.archive.places import batch_of, shelf_of, slot_of
 from layers.archive.shelves import StoredBatch, add_shelf_reads
 from layers.archive.workers import WorkerNumbers
 from layers.errors import ColdFileDamaged, ColdStoreUnavailable
@@ -213,8 +214,8 @@ class RouterCore:
         """Everything about ``pid`` in one round trip, its batch found by ``batch_size``; with the
         batch size stored in the namespace (the one to use if it differs)."""
         k = self.keys
-        batch_no = pid // batch_size
-        shelf_no, slot_no = divmod(batch_no, SHELF_SLOTS)
+        batch_no = batch_of(pid, batch_size)
+        shelf_no, slot_no = shelf_of(batch_no), slot_of(batch_no)
         if self._scripted:
             keys = [k.active, k.index, k.completed, k.staging(batch_no), k.done, k.expiry, k.archive_meta]
             keys += [k.workers, k.shelf(shelf_no), k.batch(batch_no), k.cold_map]
