@@ -64,7 +64,7 @@ from codec.validate import (
 from layers.active.latencies import LatencyBuffer, latency_argument, sdk_complete_seconds
 from layers.active.leader import ActiveLeader
 from layers.active.presence import WorkerPresence, presence_from
-from layers.active.reads import ActiveReads, typed
+from layers.active.reads import ActiveReads, counts_from, queue_counts, typed
 from layers.active.window import Beat, Finished, RetryPolicy
 from layers.errors import (
     InvalidTransition,
@@ -103,8 +103,9 @@ class Completion:
     held: bool = False  # paused or outside the share (`layers.control.switch`): kept in the active hash, queued later
 
 
-class ActiveCore(ActiveReads, ActiveLeader):
-    """The state and the steps of the worker SDK (no client: the flavours bring the I/O)."""
+class ActiveCore:
+    """The state and the steps of the worker SDK (no client: the flavours bring the I/O), with its
+    reads (``reads``) and the leader's steps (``leader``)."""
 
     def __init__(self, keys: KeySchema, clock: Clock, *, lease_timeout: float, record_format: str | None) -> None:
         self.keys = keys
@@ -141,7 +142,8 @@ class ActiveCore(ActiveReads, ActiveLeader):
         # a completion was held: later ones send what holding needs at once rather than on a retry
         self._holding = keys.elk_prefix is not None  # a bound namespace sends every key (Go's stats last)
         self._complete_seconds: Any = None
-        self.skipped_records = 0
+        self.reads = ActiveReads(keys)
+        self.leader = ActiveLeader(keys, record_format, clock_args=self._clock_args, run=self._run, sync=self._sync)
 
     def _now(self) -> Steps[float]:
         return float((yield Call(self._clock)))
@@ -314,6 +316,15 @@ class ActiveCore(ActiveReads, ActiveLeader):
         yield batch
         self._next_sync = (yield from self._now()) + _SYNC_EVERY_S
         return {s.value: counts.get(s.value, 0) for s in ACTIVE_STATUSES}
+
+    @typed
+    def _counts(self) -> Steps[dict[str, int]]:
+        """Active partitions per status (recounted from the hash in a namespace bound to Go's)."""
+        if self.keys.elk_prefix is not None:
+            return (yield from self._sync())
+        batch = Batch()
+        queue_counts(batch, self.keys)
+        return counts_from((yield batch))
 
     def _start(self, pid: int, worker_id: str, *, expected_version: int | None = None) -> Steps[PartitionInfo]:
         check_partition_id(pid)

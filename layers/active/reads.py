@@ -1,5 +1,6 @@
-"""The worker SDK's reads of the active layer, as steps (`layers.plumbing.steps`): a part of
-`layers.active.core.ActiveCore`, kept apart because they write nothing."""
+"""The worker SDK's reads of the active layer, as steps (`layers.plumbing.steps`): an object
+`layers.active.core.ActiveCore` holds (its ``reads``), apart because they write nothing and need
+nothing of the core's but the keys."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from codec.elk import parse_active
 from codec.validate import check_int, check_partition_id
 from layers.keys import KeySchema
 from layers.plumbing.meta import typed_steps
-from layers.plumbing.steps import Batch, Steps, one
+from layers.plumbing.steps import Steps, one
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -49,13 +50,11 @@ def counts_from(replies: Sequence[Any]) -> dict[str, int]:
 
 
 class ActiveReads:
-    """The reads of `ActiveCore` (which provides these attributes and `_sync`)."""
+    """The reads of the worker SDK (`ActiveCore.reads`)."""
 
-    keys: KeySchema
-    skipped_records: int
-
-    def _sync(self) -> Steps[dict[str, int]]:
-        raise NotImplementedError
+    def __init__(self, keys: KeySchema) -> None:
+        self.keys = keys
+        self.skipped_records = 0
 
     @typed
     def _get(self, pid: int) -> Steps[PartitionInfo | None]:
@@ -121,15 +120,6 @@ class ActiveReads:
         """One HSCAN step of `iter_active`: the next cursor (0 at the end) and the readable records."""
         cursor, page = yield one().hscan(self.keys.active, cursor, count=batch)
         return int(cursor), [part for raw in page.values() if (part := self._parse_listed(raw)) is not None]
-
-    @typed
-    def _counts(self) -> Steps[dict[str, int]]:
-        """Active partitions per status (recounted from the hash in a namespace bound to Go's)."""
-        if self.keys.elk_prefix is not None:
-            return (yield from self._sync())
-        batch = Batch()
-        queue_counts(batch, self.keys)
-        return counts_from((yield batch))
 
     @typed
     def _size(self) -> Steps[int]:

@@ -234,11 +234,15 @@ class operation(Generic[P, T]):
     returns their result; on an `Awaited` one it is a coroutine function. Typed for either (the
     overloads of ``__get__``), with the signature and docstring of the steps' method.
 
+    With ``on``, the steps are a method of an object the instance holds in that attribute:
+    ``get = operation(ActiveReads._get, on="reads")`` runs ``instance.reads._get``.
+
     The method made for an instance is kept in the instance's ``__dict__``, so from the second
     call on it is found as an attribute is, without this descriptor."""
 
-    def __init__(self, steps: Callable[Concatenate[Any, P], Steps[T]]) -> None:
+    def __init__(self, steps: Callable[Concatenate[Any, P], Steps[T]], *, on: str | None = None) -> None:
         self.steps = steps
+        self.on = on
         self.name = steps.__name__.lstrip("_")
         self.__doc__ = steps.__doc__
 
@@ -256,17 +260,18 @@ class operation(Generic[P, T]):
         if instance is None:
             return self
         steps, io = self.steps, instance._io  # type: ignore[attr-defined]
+        holder = instance if self.on is None else getattr(instance, self.on)  # the steps' self
         method: Callable[..., Any]
         if isinstance(io, AsyncIO):
 
             async def awaited(*args: Any, **kwargs: Any) -> Any:
-                return await io.run(steps(instance, *args, **kwargs))
+                return await io.run(steps(holder, *args, **kwargs))
 
             method = awaited
         else:
 
             def blocking(*args: Any, **kwargs: Any) -> Any:
-                return io.run(steps(instance, *args, **kwargs))
+                return io.run(steps(holder, *args, **kwargs))
 
             method = blocking
         functools.update_wrapper(method, steps)
