@@ -24,10 +24,10 @@ from layers.control.maintenance import MaintenanceLock
 from layers.control.pressure import BacklogPressure
 from layers.control.switch import ArchivalSwitch
 from layers.plumbing.replies import as_text
-from layers.plumbing.slot_moves import ride_out
+from layers.plumbing.resharding import ride_out
 from stats import StatsCompactor, StatsReader
-from stats.commit_rollups import commit_buffer
 from stats.progress import ProgressLog
+from stats.rollup import commit_buffer
 
 
 class Namespace:

@@ -30,10 +30,11 @@ import redis
 from archiver.metrics import DECODES, ROUTER_ANSWERS, ROUTER_SECONDS
 from codec import ArchivedPartition, DecodeError, PartitionInfo
 from codec.elk import ElkRecord, decode_active, parse_archived
-from codec.framing import SHELF_SLOTS, unshelved
+from codec.framing import unshelved
 from codec.validate import check_partition_id
 from layers import ArchiveLayer, KeySchema, TierPolicy
 from layers.archive.cold_store import ColdReads
+from layers.archive.places import batch_of, shelf_of, slot_of
 from layers.archive.shelves import StoredBatch, add_shelf_reads
 from layers.archive.workers import RegistryReader
 from layers.errors import ColdFileDamaged, ColdStoreUnavailable
@@ -41,7 +42,7 @@ from layers.keys import is_cluster_client
 from layers.plumbing.meta import StoredBatchSize, typed_steps
 from layers.plumbing.replies import as_text
 from layers.plumbing.roundtrip import RoundTrip
-from layers.plumbing.steps import AsyncClient, AsyncIO, Batch, Call, Script, Steps, SyncIO, awaiting, blocking
+from layers.plumbing.steps import AsyncClient, AsyncIO, Awaited, Batch, Blocking, Call, Script, Steps, SyncIO, operation
 from stats.reader import RangeSummaries
 
 
@@ -65,6 +66,11 @@ class Answer:
     degraded: bool = False
     detail: str = ""
     summary: dict[str, Any] | None = None
+
+    @classmethod
+    def not_found(cls, partition_id: int) -> Answer:
+        """No layer holds the partition."""
+        return cls(partition_id, Source.NONE, detail="no such partition")
 
     @property
     def found(self) -> bool:
@@ -160,6 +166,8 @@ class RouterCore:
         self._answers[answer.source].inc()
         return answer
 
+    get = operation(_get)
+
     def _lookup(self, pid: int) -> Steps[Answer]:
         size = self.batch_sizes.known  # as the batches were written, whatever is configured
         reads = yield from self._read(pid, size)
@@ -201,14 +209,14 @@ class RouterCore:
             return (yield from self._fallback(pid, problem))
         if done:
             return Answer(pid, Source.QUEUE, None, True, "completed, waiting in the archive queue")
-        return Answer(pid, Source.NONE, detail="no such partition")
+        return Answer.not_found(pid)
 
     def _read(self, pid: int, batch_size: int) -> Steps[_Reads]:
         """Everything about ``pid`` in one round trip, its batch found by ``batch_size``; with the
         batch size stored in the namespace (the one to use if it differs)."""
         k = self.keys
-        batch_no = pid // batch_size
-        shelf_no, slot_no = divmod(batch_no, SHELF_SLOTS)
+        batch_no = batch_of(pid, batch_size)
+        shelf_no, slot_no = shelf_of(batch_no), slot_of(batch_no)
         if self._scripted:
             keys = [k.active, k.index, k.completed, k.staging(batch_no), k.done, k.expiry, k.archive_meta]
             keys += [k.workers, k.shelf(shelf_no), k.batch(batch_no), k.cold_map]
@@ -287,7 +295,7 @@ class RouterCore:
         return Answer(pid, Source.EXPIRED, None, True, problem)
 
 
-class QueryRouter(RouterCore):
+class QueryRouter(RouterCore, Blocking):
     """Answers for any partition from whichever layer holds it, on a `redis.Redis` (or
     `redis.RedisCluster`) client: ``router.get(pid)``. `AsyncQueryRouter` is the asyncio one."""
 
@@ -313,10 +321,8 @@ class QueryRouter(RouterCore):
             keys, a.policy, a.batch_sizes, a.workers, summary_lookup, scripted=scripted, cold_lookup=cold.find
         )
 
-    get = blocking(RouterCore._get)
 
-
-class AsyncQueryRouter(RouterCore):
+class AsyncQueryRouter(RouterCore, Awaited):
     """``answer = await router.get(pid)``. With ``archive`` (a synchronous `ArchiveLayer` of the same
     namespace) the router shares its policy, stored batch size and worker numbering, and does no
     I/O through it; ``summary_lookup`` may be a plain or a coroutine function. A cold file is read
@@ -347,5 +353,3 @@ class AsyncQueryRouter(RouterCore):
         super().__init__(
             keys, policy, batch_sizes, workers, summary_lookup, scripted=scripted, cold_lookup=cold.find_async
         )
-
-    get = awaiting(RouterCore._get)

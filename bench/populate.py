@@ -18,6 +18,7 @@ import redis
 from codec import ArchivedPartition, encode_blob, encode_text
 from codec.framing import SHELF_SLOTS, pack_shelf, shelved, unpack_shelf
 from layers import KeySchema, TierPolicy, WorkerRegistrar
+from layers.archive.places import batch_of, shelf_of, slot_of
 
 PIPELINE = 2000
 
@@ -94,7 +95,7 @@ def write_compressed(
         shelves: dict[int, list[bytes | None]] = {}
         for batch_no, records in batches:
             workers = registry.register(r.worker_id for r in records)
-            shelf_no, slot = divmod(batch_no, SHELF_SLOTS)
+            shelf_no, slot = shelf_of(batch_no), slot_of(batch_no)
             shelves.setdefault(shelf_no, [None] * SHELF_SLOTS)[slot] = shelved(encode_blob(records, workers))
             if expire:  # the summary tier: the batch joins the expiry index
                 pipe.zadd(keys.expiry, {str(batch_no): max(r.completed_at for r in records)})
@@ -144,7 +145,7 @@ def _chunks_of_batches(
     current: list[ArchivedPartition] = []
     current_no = -1
     for part in parts:
-        batch_no = part.partition_id // batch_size
+        batch_no = batch_of(part.partition_id, batch_size)
         if batch_no != current_no and current:
             group.append((current_no, current))
             current = []
@@ -175,7 +176,7 @@ def write_stats(
     stored tier (the default policy takes a million partitions to the summary tier).
     """
     from layers import ArchiveLayer
-    from stats.commit_rollups import committer as archive_committer
+    from stats.rollup import committer as archive_committer
 
     committer = archive_committer(ArchiveLayer(client, keys, policy), range_width)
     committer.check_statistics()

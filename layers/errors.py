@@ -41,7 +41,7 @@ class StaleWorkerNumbers(PartArchiveError):
 
 class SlotMoving(PartArchiveError, ClusterError):
     """Redis Cluster kept refusing a call because the slot of its keys was moving between masters
-    (TRYAGAIN, ASK, CLUSTERDOWN) for longer than the retry budget (`layers.plumbing.slot_moves`): the call
+    (TRYAGAIN, ASK, CLUSTERDOWN) for longer than the retry budget (`layers.plumbing.resharding`): the call
     did not run. Also a Redis error, so a caller that waits out Redis errors waits this out too."""
 
 

@@ -148,7 +148,7 @@ class KeySchema:
     @staticmethod
     def namespace_of(keys: Iterable[str]) -> str:
         """The namespace of the first of ``keys`` that a schema of this process named (``(unknown)``
-        if none): for a metric's label where only a call's keys are at hand (`layers.plumbing.slot_moves`)."""
+        if none): for a metric's label where only a call's keys are at hand (`layers.plumbing.resharding`)."""
         for key in keys:
             found = max((p for p in _PREFIXES if key.startswith(p)), key=len, default=None)
             if found is not None:

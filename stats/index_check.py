@@ -33,9 +33,10 @@ from redis.client import Pipeline
 
 from codec import ArchivedPartition
 from layers import KeySchema, TierPolicy
+from layers.archive.places import bit_set, byte_of
 from layers.plumbing.meta import stored_int
 from layers.plumbing.replies import as_text
-from layers.plumbing.slot_moves import run_transaction
+from layers.plumbing.resharding import run_transaction
 from stats.compaction import COARSE, coarse_of
 from stats.fields import worker_ids
 from stats.lost import lost_detail, marked, runs
@@ -105,13 +106,12 @@ class IndexCheck:
     def _check(self, numbers: range, width: int, merged_below: int) -> CheckReport:
         checker, keys = self.checker, self.keys
         lo, hi = numbers.start * width, numbers.stop * width  # the pids these ranges cover
-        first_byte = lo // 8
-        raw_index: Any = self.redis.getrange(keys.index, first_byte, (hi - 1) // 8)
+        first_byte = byte_of(lo)
+        raw_index: Any = self.redis.getrange(keys.index, first_byte, byte_of(hi - 1))
         index = bytes(raw_index or b"")
 
         def indexed(pid: int) -> bool:
-            at = (pid >> 3) - first_byte
-            return lo <= pid < hi and at < len(index) and bool(index[at] & (0x80 >> (pid & 7)))
+            return lo <= pid < hi and bit_set(index, pid, first_byte)
 
         report = CheckReport()
         found: dict[int, ArchivedPartition] = {}
@@ -124,8 +124,8 @@ class IndexCheck:
                         checker._keep(found, raw, indexed)
         batch_of = checker.batch_of
         checker._batch_detail(range(batch_of(lo), batch_of(hi - 1) + 1), indexed, report, False, found)
-        first_mark = (batch_of(lo) >> 3) * 8
-        raw_marks: Any = self.redis.getrange(keys.expired_batches, first_mark >> 3, batch_of(hi - 1) >> 3)
+        first_mark = byte_of(batch_of(lo)) * 8
+        raw_marks: Any = self.redis.getrange(keys.expired_batches, byte_of(first_mark), byte_of(batch_of(hi - 1)))
         marks = bytes(raw_marks or b"")
         report.lost = lost_detail(
             (p for p in range(lo, hi) if indexed(p)),

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 
+from layers.archive.places import bit_set
+
 
 @dataclass
 class LostDetail:
@@ -36,8 +38,7 @@ def indexed_pids(index: bytes, first_pid: int = 0) -> Iterator[int]:
 
 def marked(marks: bytes, batch_no: int, first_batch: int = 0) -> bool:
     """Whether a batch's bit is set in a slice of the expired-batches bitmap from ``first_batch``."""
-    at = batch_no - first_batch
-    return at >= 0 and (at >> 3) < len(marks) and bool(marks[at >> 3] & (0x80 >> (at & 7)))
+    return bit_set(marks, batch_no - first_batch)
 
 
 def lost_detail(

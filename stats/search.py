@@ -40,6 +40,7 @@ from codec.framing import SHELF_SLOTS, blob_rows
 from codec.validate import MAX_DURATION, MAX_PARTITION_ID, MAX_TIMESTAMP, check_worker_id
 from layers import ArchiveLayer, KeySchema
 from layers.archive.cold_store import ColdReads, name_of
+from layers.archive.places import batch_of
 from layers.archive.scan import ArchiveScan, ArchiveState, ReadPacer, Window, command
 from layers.errors import ColdFileDamaged, ColdStoreUnavailable
 from layers.plumbing.replies import as_text
@@ -392,8 +393,8 @@ class _PageSearch:
         pid = self.start
         next_pid: int | None = None
         while pid <= last:
-            first_batch = pid // size
-            last_batch = min(last // size, (first_batch // WINDOW_BATCHES + 1) * WINDOW_BATCHES - 1)
+            first_batch = batch_of(pid, size)
+            last_batch = min(batch_of(last, size), (first_batch // WINDOW_BATCHES + 1) * WINDOW_BATCHES - 1)
             if self.keep is None and not self.actives:  # every row matches: a window the size of the room left
                 room = self.limit - len(self.found)
                 last_batch = min(last_batch, first_batch + max(SHELF_SLOTS, -(-room // size)))
@@ -601,9 +602,9 @@ class _PageSearch:
                 continue
             mine = set(batches)
             for row in zip(*rows.columns(), strict=True):
-                pid = row[0]
-                if pid // size in mine and f.keeps(row[3], row[4], row[5]):
-                    out[pid // size][pid] = (pid, row[1], row[2], self.found.number(row[3]), row[4], row[5], "cold")
+                pid, batch_no = row[0], batch_of(row[0], size)
+                if batch_no in mine and f.keeps(row[3], row[4], row[5]):
+                    out[batch_no][pid] = (pid, row[1], row[2], self.found.number(row[3]), row[4], row[5], "cold")
         return out
 
     def _from_statistics(self, state: ArchiveState, b: int, why: str, bounds: dict[int, RangeBounds | None]) -> None:

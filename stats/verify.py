@@ -23,10 +23,11 @@ from redis.client import Pipeline
 from codec import ArchivedPartition, DecodeError
 from codec.elk import as_archived, parse_archived
 from layers import ArchiveLayer, KeySchema, TierPolicy
+from layers.archive.places import batch_of, bit_set
 from layers.plumbing.meta import stored_int
 from layers.plumbing.replies import as_text
+from layers.plumbing.resharding import run_transaction
 from layers.plumbing.roundtrip import RoundTrip, raised
-from layers.plumbing.slot_moves import run_transaction
 from stats.compaction import coarse_of, merge_fields
 from stats.fields import by_worker_id, to_numbered, worker_ids
 from stats.lost import LostDetail, indexed_pids, lost_detail, marked, runs
@@ -110,16 +111,11 @@ class StatsChecker:
     def batch_of(self, pid: int) -> int:
         """A partition's batch as the namespace's batches were written: by the stored batch size,
         whatever this process is configured with (as the router finds them)."""
-        return pid // self.archive.stored_batch_size()
+        return batch_of(pid, self.archive.stored_batch_size())
 
     def _index(self) -> bytes:
         raw = self.redis.get(self.keys.index)
         return raw if isinstance(raw, bytes) else b""
-
-    @staticmethod
-    def _bit(index: bytes, pid: int) -> bool:
-        byte = pid >> 3
-        return byte < len(index) and bool(index[byte] & (0x80 >> (pid & 7)))
 
     def _detail(
         self, index: bytes, report: CheckReport, progress: Progress | None, repair: bool
@@ -129,7 +125,7 @@ class StatsChecker:
         found: dict[int, ArchivedPartition] = {}
 
         def indexed(pid: int) -> bool:
-            return self._bit(index, pid)
+            return bit_set(index, pid)
 
         for _, raw in self.redis.hscan_iter(k.completed, count=1000):
             self._keep(found, raw, indexed)

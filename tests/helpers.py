@@ -23,7 +23,7 @@ from archiver.engine.local_cluster import Node as LocalNode
 from codec import ArchivedPartition
 from layers import ActiveLayer, ArchiveLayer, KeySchema
 from layers.archive.commit import CommitResult, Uncommitted
-from stats.commit_rollups import committer as archive_committer
+from stats.rollup import committer as archive_committer
 
 if TYPE_CHECKING:
     import httpx

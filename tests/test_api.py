@@ -214,7 +214,8 @@ def test_the_lookup_short_path_answers_as_the_route_does(real_redis: redis.Redis
     short = answers()  # the route is gone: what still answers a lookup is the short path
     assert short["/partitions/7"][0] == 200 and b'"source":"archive:simple"' in short["/partitions/7"][2]
     assert short["/partitions/999"][0] == 404 and b'"found":false' in short["/partitions/999"][2]
-    assert short["/partitions/0"][2] == b'{"error":"not found","detail":null}'  # out of its range: left alone
+    assert short["/partitions/0"][0] == 404 and b'"found":false' in short["/partitions/0"][2]  # no partition has it
+    assert short["/partitions/abc"][2] == b'{"error":"not found","detail":null}'  # not a lookup: left alone
     app.router.routes.append(route)
     with_short = answers()
     app.lookup_path.enabled = False

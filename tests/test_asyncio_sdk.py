@@ -21,7 +21,7 @@ from archiver.engine import async_twin
 from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, AsyncActiveLayer, KeySchema, PartitionNotFound, Tier, TierPolicy
 from layers.active.clock import AsyncServerClock
-from stats.commit_rollups import commit_buffer
+from stats.rollup import commit_buffer
 from tests.conftest import delete_namespace
 
 T = TypeVar("T")

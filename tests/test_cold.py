@@ -24,7 +24,7 @@ from layers.archive.cold_store import ColdStore, name_of
 from layers.archive.commit import Uncommitted
 from layers.archive.transitions import index_expiry_step
 from layers.errors import ColdStoreUnavailable
-from stats.commit_rollups import committer
+from stats.rollup import committer
 from tests.flavours import Flavour
 
 DAY = 86400

@@ -16,8 +16,8 @@ from codec import ArchivedPartition, ValidationError, WorkerNumbering
 from codec.page import Columns
 from layers import ArchiveLayer, ArchiveQueue, KeySchema
 from layers.archive.commit import CommitResult, Committer, Uncommitted, index_bits
-from stats.commit_rollups import CommitRollups
-from stats.commit_rollups import committer as archive_committer
+from stats.rollup import CommitRollups
+from stats.rollup import committer as archive_committer
 
 CLOSE = [9, 10, 11, 17, 8, 1000, 7, 3, 31_999, 4242]  # within 4,000 bytes of the bitmap
 WIDE = [5, 70_000, 1_000_000, 123, 2**32 - 1, 64]  # wider: BITFIELD

@@ -14,7 +14,7 @@ from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy
 from layers.archive.queue import QueueEntry
 from stats import StatsChecker, StatsReader
-from stats.commit_rollups import commit_buffer
+from stats.rollup import commit_buffer
 from tests.flavours import Flavour
 
 NOW = 1_763_900_000

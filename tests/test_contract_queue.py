@@ -11,7 +11,7 @@ from layers import ArchiveLayer, ArchiveQueue, KeySchema
 from layers.archive.commit import Uncommitted
 from layers.archive.queue import QueueEntry
 from layers.plumbing.replies import as_text
-from stats.commit_rollups import committer as archive_committer
+from stats.rollup import committer as archive_committer
 from tests.helpers import complete_partitions
 
 

@@ -12,7 +12,7 @@ import redis
 from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, KeySchema
 from stats import StatsChecker, StatsCompactor, StatsReader
-from stats.commit_rollups import commit_buffer
+from stats.rollup import commit_buffer
 
 DAY = 1_763_856_000  # 2025-11-23 00:00:00 UTC
 WIDTH = 100

@@ -23,7 +23,7 @@ from codec import ArchivedPartition, ValidationError
 from layers import ActiveLayer, KeySchema, TierPolicy
 from layers.archive.commit import Uncommitted
 from layers.archive.scan import MAX_COMMANDS, ReadPacer
-from stats.commit_rollups import committer
+from stats.rollup import committer
 from stats.search import Filters, Search
 from tests.helpers import commands_sent, run_cli
 

@@ -16,7 +16,7 @@ from archiver.engine import connect
 from archiver.engine.local_cluster import LocalCluster, Node
 from archiver.router import QueryRouter
 from layers import ActiveLayer, ArchiveLayer, KeySchema, TierPolicy
-from layers.plumbing.slot_moves import BUDGET_S
+from layers.plumbing.resharding import BUDGET_S
 from stats import StatsChecker, StatsReader
 from tests.conftest import cluster_server
 from tests.helpers import RouterWatch, free_port, refusals, retries, start_archiver, stop_process, wait_for

@@ -18,7 +18,7 @@ from layers import ArchiveLayer, ArchiveQueue, KeySchema, TierPolicy, WrongKeyTy
 from layers.archive.commit import Uncommitted
 from layers.control.liveness import Liveness
 from layers.errors import CorruptMetadata
-from stats.commit_rollups import committer as archive_committer
+from stats.rollup import committer as archive_committer
 from tests.flavours import Flavour
 from tests.helpers import complete_partitions, run_cli
 

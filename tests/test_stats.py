@@ -15,7 +15,7 @@ from layers.archive.commit import CommitBuffer
 from layers.archive.shelves import SlotWrite
 from layers.control.maintenance import MaintenanceLock
 from stats import StatsChecker, StatsReader
-from stats.commit_rollups import commit_buffer
+from stats.rollup import commit_buffer
 from tests.conftest import Clock
 from tests.helpers import complete_partitions, kill_archiver_when, start_archiver, wait_for
 

@@ -12,7 +12,7 @@ import redis
 from codec import ArchivedPartition
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, Tier, TierPolicy
 from layers.archive.commit import Uncommitted
-from stats.commit_rollups import committer as archive_committer
+from stats.rollup import committer as archive_committer
 
 POLICY = TierPolicy(compressed_from=1_000, summary_above=5_000)
 TOTALS = sorted({t for edge in (POLICY.compressed_from, POLICY.summary_above) for t in range(edge - 2, edge + 3)})

@@ -15,7 +15,7 @@ from codec import ArchivedPartition, ValidationError
 from codec.framing import SHELF_SLOTS, pack_shelf, shelved, unpack_shelf
 from layers import ArchiveLayer, ArchiveQueue, KeySchema, Tier, TierPolicy, migrate_step
 from layers.archive.shelves import StoredBatch
-from stats.commit_rollups import commit_buffer
+from stats.rollup import commit_buffer
 from tests.conftest import delete_namespace
 from tests.flavours import Flavour
 from tests.helpers import archive_now, complete_partitions

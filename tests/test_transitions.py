@@ -212,7 +212,7 @@ def test_retention_changed_at_run_time(real_redis: redis.Redis, namespace: str) 
 
 def test_statistics_keep_their_own_retention(real_redis: redis.Redis, namespace: str) -> None:
     from stats import StatsCompactor
-    from stats.commit_rollups import commit_buffer
+    from stats.rollup import commit_buffer
 
     keys = KeySchema(namespace)
     layer = ArchiveLayer(real_redis, keys, TierPolicy())
@@ -262,7 +262,7 @@ def test_compaction_before_the_first_commit_leaves_the_ranges_alone(real_redis: 
     """A maintenance round in a namespace with nothing counted yet (an idle daemon) must not move the
     merge cursor past ranges that simply have no statistics yet."""
     from stats import StatsCompactor
-    from stats.commit_rollups import commit_buffer
+    from stats.rollup import commit_buffer
 
     keys = KeySchema(namespace)
     compactor = StatsCompactor(real_redis, keys, range_width=100, range_keep_days=30)
@@ -282,7 +282,7 @@ def test_compaction_before_the_first_commit_leaves_the_ranges_alone(real_redis: 
 
 def test_day_rolls_stop_at_the_newest_completions_day(real_redis: redis.Redis, namespace: str) -> None:
     from stats import StatsCompactor
-    from stats.commit_rollups import commit_buffer
+    from stats.rollup import commit_buffer
 
     keys = KeySchema(namespace)
     layer = ArchiveLayer(real_redis, keys, TierPolicy())

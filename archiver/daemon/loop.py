@@ -40,7 +40,7 @@ from layers import (
 from layers.control.liveness import STALE_AFTER_S, ArchiverHealth
 from layers.errors import CorruptMetadata, SlotMoving, WrongKeyType
 from layers.plumbing.meta import find_wrong_type, typed_errors
-from layers.plumbing.slot_moves import MOVING_ERRORS
+from layers.plumbing.resharding import MOVING_ERRORS
 from stats.index_check import IndexCheck
 
 T = TypeVar("T")
@@ -261,7 +261,7 @@ class ArchiverDaemon:
 
         Entries of a failed round stay unacknowledged and are read again (its own at restart,
         or XAUTOCLAIM after ``claim_idle_ms``), so nothing is lost by carrying on; entries whose
-        commit failed (a slot move outlasting `layers.plumbing.slot_moves.BUDGET_S`, Redis unreachable) stay
+        commit failed (a slot move outlasting `layers.plumbing.resharding.BUDGET_S`, Redis unreachable) stay
         buffered and are committed by a later round; claimed back meanwhile, they are neither
         archived twice nor dead-lettered (`PageIntake.archive_entries`).
         """

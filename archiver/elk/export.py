@@ -23,6 +23,7 @@ from codec.elk import ElkRecord, archived_as_elk, as_archived, parse_archived
 from layers import ArchiveLayer
 from layers.archive.cold import queue_map_reads
 from layers.archive.cold_store import ColdReads, name_of
+from layers.archive.places import batch_of
 from layers.errors import ColdFileDamaged, ColdStoreUnavailable
 from layers.plumbing.meta import stored_int
 from layers.plumbing.replies import as_text
@@ -122,10 +123,10 @@ class Exporter:
                 self.skipped.append(f"cold file {name_of(number)}: {exc}")
                 continue
             pipe = self.redis.pipeline(transaction=False)
-            parse = queue_map_reads(pipe, keys, sorted({p // size for p in rows.pids}))
+            parse = queue_map_reads(pipe, keys, sorted({batch_of(p, size) for p in rows.pids}))
             owner = parse(pipe.execute())
             for part in rows.records():
-                if owner.get(part.partition_id // size) == number:
+                if owner.get(batch_of(part.partition_id, size)) == number:
                     yield part
 
     def to_file(self, out: IO[bytes], progress: Callable[[int], None] | None = None) -> int:

@@ -39,7 +39,7 @@ from codec import ArchivedPartition
 from layers import Tier
 from layers.archive.commit import CommitBuffer
 from layers.elk import ElkSource, FamilySurvey, Item, Rejected
-from stats.commit_rollups import commit_buffer
+from stats.rollup import commit_buffer
 
 SOURCES = ("active", "archived", "batch")
 CHUNK = 2000
@@ -243,9 +243,10 @@ class ElkMigration:
         new = [it for it, bit in zip(items, bits, strict=True) if not bit]
         if new:
             if batched:
-                size = self.config.policy.batch_size
+                policy = self.config.policy
                 by_batch: dict[int, list[ArchivedPartition]] = {}
-                for batch, run in groupby(new, key=lambda it: it.archived.partition_id // size):  # a run per batch
+                runs = groupby(new, key=lambda it: policy.batch_of(it.archived.partition_id))  # a run per batch
+                for batch, run in runs:
                     by_batch.setdefault(batch, []).extend(it.archived for it in run)
                 self.archive.sealing.seal_many(by_batch)
             elif self.archive.tier() is Tier.SIMPLE:

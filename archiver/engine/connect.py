@@ -23,7 +23,7 @@ from redis.utils import HIREDIS_AVAILABLE
 from archiver.config import DEFAULT_POOL_CONNECTIONS
 from codec.errors import PartArchiveError
 from codec.redact import redact_url
-from layers.plumbing.slot_moves import follow_ask_to_new_masters
+from layers.plumbing.resharding import follow_ask_to_new_masters
 from layers.plumbing.steps import AsyncClient
 
 

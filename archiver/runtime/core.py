@@ -16,7 +16,7 @@ the drain timeout, or at once on `stop(now=True)`, `hand_back` gives what is sti
 pending in one call and marks those leases lost, so whatever `process` does with them afterwards,
 this worker completes none of them.
 
-The runtime adds no Redis logic of its own: its Redis work is the SDK's steps (`layers.active.window`).
+The runtime adds no Redis logic of its own: its Redis work is the SDK's steps (`layers.active.core`'s task window).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 import redis
 from fastapi import FastAPI, Path, Query
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
@@ -33,7 +33,7 @@ from archiver.router import AsyncQueryRouter
 from archiver.version import installed_version
 from archiver.web.docs import add_offline_redoc
 from archiver.web.errors import ErrorResponses, error_response
-from archiver.web.lookup import LookupFirst, LoopRouters, PartitionLookupPath, answer_body, answering_lookups_first
+from archiver.web.lookup import LookupPathApp, LoopRouters, PartitionLookupPath, answering_lookups_first, lookup_body
 from archiver.web.overview import NamespaceList, collect_overview
 from layers import MAX_PARTITION_ID, WrongKeyType
 from layers.plumbing.meta import wrong_type_error_steps
@@ -112,7 +112,7 @@ PartitionId = Annotated[int, Path(ge=0, le=MAX_API_ID, description="partition id
 
 def create_app(
     client: redis.Redis, config: Config, *, async_client: Callable[[], AsyncClient] | None = None
-) -> LookupFirst:
+) -> LookupPathApp:
     """The app on ``client``; partition lookups go through an asyncio client of the same server,
     made by ``async_client`` (by default the twin of ``client``, `archiver.engine.async_twin`)
     once per event loop."""
@@ -160,21 +160,7 @@ def create_app(
     )
     async def get_partition(partition_id: PartitionId) -> Any:
         """Where the partition is: its record and the layer that answered."""
-        if not 1 <= partition_id <= MAX_PARTITION_ID:
-            return JSONResponse(
-                status_code=404,
-                content={
-                    "partition_id": partition_id,
-                    "found": False,
-                    "status": "unknown",
-                    "source": "none",
-                    "degraded": False,
-                    "detail": "no such partition",
-                    "partition": None,
-                    "summary": None,
-                },
-            )
-        status, body = answer_body(await routers().get(partition_id))
+        status, body = await lookup_body(routers, partition_id)
         return Response(body, status, media_type="application/json")
 
     @app.get("/partitions/{partition_id}/completed", response_model=CompletedBody, responses=ERRORS)

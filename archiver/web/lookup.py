@@ -3,9 +3,9 @@
 The lookup is the API's hot request, and most of its time over HTTP went to the framework rather
 than to the router: a thread pool hop, FastAPI's own middleware (error handling, telemetry, body
 limit), routing, dependency solving and response-model validation. `PartitionLookupPath` answers a
-well-formed lookup as soon as the request arrives, before all of it (`LookupFirst`), with the
-same status and bytes as the FastAPI route, which stays the documented contract and answers
-everything else (ids out of range, malformed paths).
+well-formed lookup as soon as the request arrives, before all of it (`LookupPathApp`), with the
+same status and bytes as the FastAPI route (both `lookup_body`), which stays the documented contract
+and answers everything else (ids past the API's range, malformed paths).
 
 Both await the asyncio router (`AsyncQueryRouter`): while one lookup waits for Redis the event
 loop serves other requests. Each request is looked up once: when the lookup raises, the short
@@ -32,8 +32,10 @@ _LOOKUP = re.compile(r"/partitions/([0-9]{1,10})")
 _JSON = (b"content-type", b"application/json")
 
 
-def answer_body(answer: Answer) -> tuple[int, bytes]:
-    """Status and JSON body of a lookup's answer (404 when not found)."""
+async def lookup_body(routers: LoopRouters, pid: int) -> tuple[int, bytes]:
+    """Status and JSON body of the lookup of ``pid`` (404 when not found). An id no partition can
+    have (0, past `MAX_PARTITION_ID`) is not found without asking the router, which refuses it."""
+    answer = await routers().get(pid) if 1 <= pid <= MAX_PARTITION_ID else Answer.not_found(pid)
     return (200 if answer.found else 404), json_bytes(answer.to_dict())
 
 
@@ -60,7 +62,7 @@ class LoopRouters:
             self._router = self._loop = None
 
 
-class LookupFirst(FastAPI):
+class LookupPathApp(FastAPI):
     """The app: a FastAPI app whose `PartitionLookupPath` answers a well-formed lookup before
     anything of FastAPI's or Starlette's runs (their ``__call__`` alone, a telemetry check that
     reads the environment and the scope's set-up, was 5% of a lookup's instructions). fastapi-offline
@@ -74,10 +76,10 @@ class LookupFirst(FastAPI):
             await super().__call__(scope, receive, send)
 
 
-def answering_lookups_first(app: FastAPI, lookup_path: PartitionLookupPath) -> LookupFirst:
-    """``app`` as a `LookupFirst` (the same object: its routes, state and settings unchanged)."""
-    app.__class__ = LookupFirst
-    assert isinstance(app, LookupFirst)
+def answering_lookups_first(app: FastAPI, lookup_path: PartitionLookupPath) -> LookupPathApp:
+    """``app`` as a `LookupPathApp` (the same object: its routes, state and settings unchanged)."""
+    app.__class__ = LookupPathApp
+    assert isinstance(app, LookupPathApp)
     app.lookup_path = lookup_path
     return app
 
@@ -96,10 +98,10 @@ class PartitionLookupPath:
         if not self.enabled or scope["type"] != "http" or scope["method"] != "GET":
             return False
         match = _LOOKUP.fullmatch(scope["path"])
-        if not match or not 1 <= int(match[1]) <= MAX_PARTITION_ID:
+        if not match:
             return False
         try:
-            status, body = answer_body(await self.routers().get(int(match[1])))
+            status, body = await lookup_body(self.routers, int(match[1]))
         except Exception as exc:  # outside the app's error middleware: answered here, as it would
             await (await self.errors.response(exc))(scope, receive, send)
             return True

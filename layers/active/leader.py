@@ -1,8 +1,10 @@
-"""The leader's steps of the worker SDK: partitions created, failed ones retried. A part of
-`layers.active.core.ActiveCore`, kept apart from the steps a worker takes on every partition."""
+"""The leader's steps of the worker SDK: partitions created, failed ones retried. An object
+`layers.active.core.ActiveCore` holds (its ``leader``), apart from the steps a worker takes on every
+partition; it is handed the core's steps it takes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -24,20 +26,39 @@ def creation_refused(code: str, detail: str) -> ValidationError:
     return ValidationError(f"partition {detail} already exists; is the id counter behind?")
 
 
+def options_text(options: dict[str, Any] | None, record_format: str) -> str:
+    """New partitions' ``options`` as the JSON text their records hold ('' for none)."""
+    if options is None or options == {}:
+        return ""
+    if not isinstance(options, dict):
+        raise ValidationError("options must be a dict")
+    try:
+        text = go_json(options) if record_format == "elk" else orjson.dumps(options).decode()
+    except (TypeError, ValidationError) as exc:
+        raise ValidationError(f"options are not JSON-serialisable: {exc}") from None
+    if len(text) > 16384:
+        raise ValidationError("options are larger than 16 KiB")
+    return text
+
+
 class ActiveLeader:
-    """The leader's steps of `ActiveCore` (which provides these attributes and steps)."""
+    """The leader's steps of the worker SDK (`ActiveCore.leader`), on the core's clock, scripts and
+    index rebuild (`ActiveCore._clock_args`, `ActiveCore._run`, `ActiveCore._sync`)."""
 
-    keys: KeySchema
-    record_format: str
-
-    def _clock_args(self) -> Steps[tuple[int, int, str]]:
-        raise NotImplementedError
-
-    def _run(self, script: str, keys: list[str], args: list[Any]) -> Steps[Any]:
-        raise NotImplementedError
-
-    def _sync(self) -> Steps[dict[str, int]]:
-        raise NotImplementedError
+    def __init__(
+        self,
+        keys: KeySchema,
+        record_format: str,
+        *,
+        clock_args: Callable[[], Steps[tuple[int, int, str]]],
+        run: Callable[[str, list[str], list[Any]], Steps[Any]],
+        sync: Callable[[], Steps[dict[str, int]]],
+    ) -> None:
+        self.keys = keys
+        self.record_format = record_format
+        self._clock_args = clock_args
+        self._run = run
+        self._sync = sync
 
     def _create_partitions(
         self, first_id: int, last_id: int, size: int, options: dict[str, Any] | None = None
@@ -58,7 +79,7 @@ class ActiveLeader:
                 f"{count} partitions in one call; the limit is {MAX_PARTITIONS_PER_CALL:,} "
                 "(each call is one atomic step)"
             )
-        options_json = self._options_json(options)
+        options_json = options_text(options, self.record_format)
         _, now_s, now_elk = yield from self._clock_args()
         now = now_elk if self.record_format == "elk" else str(now_s)
         bounds = ",".join(f"{lo},{min(last_id, lo + size - 1)}" for lo in range(first_id, last_id + 1, size))
@@ -72,19 +93,6 @@ class ActiveLeader:
         if refused is not None:
             raise creation_refused(refused.code, refused.detail)
         return range(int(got[1]), int(got[2]) + 1)
-
-    def _options_json(self, options: dict[str, Any] | None) -> str:
-        if options is None or options == {}:
-            return ""
-        if not isinstance(options, dict):
-            raise ValidationError("options must be a dict")
-        try:
-            text = go_json(options) if self.record_format == "elk" else orjson.dumps(options).decode()
-        except (TypeError, ValidationError) as exc:
-            raise ValidationError(f"options are not JSON-serialisable: {exc}") from None
-        if len(text) > 16384:
-            raise ValidationError("options are larger than 16 KiB")
-        return text
 
     def _retry_failed(self, limit: int | None = None) -> Steps[int]:
         """Move failed partitions back to pending; returns how many moved."""

@@ -41,7 +41,7 @@ import orjson
 from codec import DecodeError, ValidationError
 from codec.elk import parse_active
 from codec.validate import MAX_INT64, MAX_PARTITION_ID, MIN_INT64, check_int, check_worker_id
-from layers.active.leader import MAX_PARTITIONS_PER_CALL, creation_refused
+from layers.active.leader import MAX_PARTITIONS_PER_CALL, creation_refused, options_text
 from layers.errors import CorruptMetadata, NotLeader, PlanChanged
 from layers.keys import KeySchema
 from layers.plumbing.replies import as_text, script_error
@@ -283,7 +283,7 @@ class Planning:
         """One step of ``plan.lua``: partitions ``start .. last`` of ``size`` IDs, on the plan as
         ``state`` read it."""
         sdk, k = self.sdk, self.keys
-        options_json = sdk._options_json(options)
+        options_json = options_text(options, sdk.record_format)
         _, now_s, now_elk = yield from sdk._clock_args()
         now = now_elk if sdk.record_format == "elk" else str(now_s)
         bounds = ",".join(f"{lo},{min(last, lo + size - 1)}" for lo in range(start, last + 1, size))

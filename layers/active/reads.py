@@ -1,5 +1,6 @@
-"""The worker SDK's reads of the active layer, as steps (`layers.plumbing.steps`): a part of
-`layers.active.core.ActiveCore`, kept apart because they write nothing."""
+"""The worker SDK's reads of the active layer, as steps (`layers.plumbing.steps`): an object
+`layers.active.core.ActiveCore` holds (its ``reads``), apart because they write nothing and need
+nothing of the core's but the keys."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from codec.validate import check_int, check_partition_id
 from layers.keys import KeySchema
 from layers.plumbing.meta import typed_steps
 from layers.plumbing.roundtrip import Part, RoundTrip
-from layers.plumbing.steps import Batch, Steps, one
+from layers.plumbing.steps import Steps, one
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -47,13 +48,11 @@ COUNTED = ("pending", "claimed", "running", "failed")
 
 
 class ActiveReads:
-    """The reads of `ActiveCore` (which provides these attributes and `_sync`)."""
+    """The reads of the worker SDK (`ActiveCore.reads`)."""
 
-    keys: KeySchema
-    skipped_records: int
-
-    def _sync(self) -> Steps[dict[str, int]]:
-        raise NotImplementedError
+    def __init__(self, keys: KeySchema) -> None:
+        self.keys = keys
+        self.skipped_records = 0
 
     @typed
     def _get(self, pid: int) -> Steps[PartitionInfo | None]:
@@ -119,16 +118,6 @@ class ActiveReads:
         """One HSCAN step of `iter_active`: the next cursor (0 at the end) and the readable records."""
         cursor, page = yield one().hscan(self.keys.active, cursor, count=batch)
         return int(cursor), [part for raw in page.values() if (part := self._parse_listed(raw)) is not None]
-
-    @typed
-    def _counts(self) -> Steps[dict[str, int]]:
-        """Active partitions per status (recounted from the hash in a namespace bound to Go's)."""
-        if self.keys.elk_prefix is not None:
-            return (yield from self._sync())
-        trip = RoundTrip(Batch())
-        counts = add_counts(trip, self.keys)
-        trip.hand((yield trip.commands))
-        return counts.value
 
     @typed
     def _size(self) -> Steps[int]:

@@ -44,7 +44,7 @@ class ActiveLayer(ActiveOperations, Blocking):
         """Every active partition, in no particular order, without loading them all at once."""
         cursor = 0
         while True:
-            cursor, parts = self._io.run(self._active_scan(cursor, batch))
+            cursor, parts = self._io.run(self.reads._active_scan(cursor, batch))
             yield from parts
             if not cursor:
                 return

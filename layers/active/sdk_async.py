@@ -41,7 +41,7 @@ class AsyncActiveLayer(ActiveOperations, Awaited):
         """Every active partition, in no particular order, without loading them all at once."""
         cursor = 0
         while True:
-            cursor, parts = await self._io.run(self._active_scan(cursor, batch))
+            cursor, parts = await self._io.run(self.reads._active_scan(cursor, batch))
             for part in parts:
                 yield part
             if not cursor:

@@ -41,6 +41,7 @@ import orjson
 
 from codec import ArchivedPartition, DecodeError
 from layers.archive.cold_store import ColdStore, name_of, number_of
+from layers.archive.places import batch_of
 from layers.archive.shelves import StoredBatch
 from layers.errors import ColdFileDamaged, ColdStoreUnavailable
 from layers.keys import KeySchema
@@ -245,7 +246,7 @@ class ColdTier:
                 continue
             cold: dict[int, dict[int, ArchivedPartition]] = defaultdict(dict)
             for p in held:
-                cold[p.partition_id // size][p.partition_id] = p
+                cold[batch_of(p.partition_id, size)][p.partition_id] = p
             for b in group:
                 mine = cold.get(b.number, {})
                 if all(mine.get(pid) == rec for pid, rec in b.records.items()):
@@ -290,13 +291,13 @@ class ColdTier:
             try:
                 table = self.store.rows_between(record["name"], record["first_pid"], record["last_pid"])
                 pipe = r.pipeline(transaction=False)
-                parse = queue_map_reads(pipe, keys, sorted({p // size for p in table.pids}))
+                parse = queue_map_reads(pipe, keys, sorted({batch_of(p, size) for p in table.pids}))
                 files = parse(pipe.execute())
             except ColdFileDamaged as exc:
                 _log().warning("the last cold file cannot be read: a new file is started", error=str(exc))
             else:
                 live = {b for b, f in files.items() if f == number and b not in taken}
-                keep = [i for i, p in enumerate(table.pids) if p // size in live]
+                keep = [i for i, p in enumerate(table.pids) if batch_of(p, size) in live]
                 rows = Rows(*([column[i] for i in keep] for column in table.columns()))
                 expected.update(dict.fromkeys(live, number))
                 rows_before += len(keep)

@@ -36,6 +36,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 from codec import ArchivedPartition, ValidationError, WorkerNumbering
 from codec.page import Columns
 from layers import ArchiveLayer, StaleWorkerNumbers
+from layers.archive.places import bits_as_bytes, byte_of
 from layers.archive.tiers import Tier
 from layers.keys import ARCHIVER_GROUP
 from layers.plumbing.replies import as_text, script_error
@@ -103,7 +104,7 @@ class CommitCall(NamedTuple):
 
 class CommitStatistics(Protocol):
     """The statistics' part of a commit, computed by the statistics layer
-    (`stats.commit_rollups.CommitRollups`) and asked for here each time a call is built: a commit
+    (`stats.rollup.CommitRollups`) and asked for here each time a call is built: a commit
     sent again without the partitions found counted, or after the worker registry was reloaded,
     carries other statistics than the first."""
 
@@ -241,13 +242,10 @@ def index_bits(pids: Sequence[int]) -> tuple[str, int | str, bytes]:
     `INDEX_SPAN` bytes; else 'bits' and the pids, comma-separated."""
     if not pids:
         return "bits", "", b""
-    first, last = min(pids) >> 3, max(pids) >> 3
+    first, last = byte_of(min(pids)), byte_of(max(pids))
     if last - first >= INDEX_SPAN:
         return "bits", ",".join(map(str, pids)), b""
-    mask = bytearray(last - first + 1)
-    for pid in pids:
-        mask[(pid >> 3) - first] |= 0x80 >> (pid & 7)
-    return "bytes", first, bytes(mask)
+    return "bytes", first, bits_as_bytes(pids, first, last)
 
 
 def _split(pending: Uncommitted, already: set[int] | frozenset[int]) -> tuple[Uncommitted, list[str]]:

@@ -29,6 +29,7 @@ import redis
 from codec import ArchivedPartition, ValidationError
 from codec.elk import ElkRecord, as_archived
 from codec.page import Columns
+from layers.archive.places import batch_of, bit_set, byte_of
 from layers.archive.sealing import BatchSealing, SealReads
 from layers.archive.shelves import ShelfStore
 from layers.archive.tiers import Tier, TierPolicy
@@ -204,7 +205,7 @@ class ArchiveLayer:
         size, capacity = self.policy.batch_size, self.policy.capacity
         by_batch: dict[int, list[ArchivedPartition | ElkRecord]] = defaultdict(list)
         for part in parts:
-            by_batch[part.partition_id // size].append(part)
+            by_batch[batch_of(part.partition_id, size)].append(part)
         if all(type(p) is ArchivedPartition for p in parts):
             archived: dict[int, list[ArchivedPartition]] = by_batch  # type: ignore[assignment]
         else:
@@ -263,11 +264,10 @@ class ArchiveLayer:
         if not pids:
             return []
         lo, hi = min(pids), max(pids)
-        if (hi >> 3) - (lo >> 3) < 64 * len(pids):
-            first = lo >> 3
-            raw: Any = self.redis.getrange(self.keys.index, first, hi >> 3)
-            size = len(raw)
-            return [(pid >> 3) - first < size and raw[(pid >> 3) - first] & (0x80 >> (pid & 7)) != 0 for pid in pids]
+        if byte_of(hi) - byte_of(lo) < 64 * len(pids):
+            first = byte_of(lo)
+            raw: Any = self.redis.getrange(self.keys.index, first, byte_of(hi))
+            return [bit_set(raw, pid, first) for pid in pids]
         out: list[bool] = []
         for start in range(0, len(pids), 1000):
             field = self.redis.bitfield(self.keys.index)

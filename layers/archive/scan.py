@@ -26,6 +26,7 @@ import redis
 from codec.errors import DecodeError
 from codec.framing import SHELF_SLOTS, shelf_slot, unpack_shelf, unshelved
 from layers.archive.cold import queue_map_reads
+from layers.archive.places import bit_set, byte_of, shelf_of
 from layers.keys import KeySchema
 
 MAX_COMMANDS = 256
@@ -193,10 +194,10 @@ class ArchiveScan:
 
         def queue(pipe: Any) -> None:
             nonlocal parse_map
-            pipe.getrange(k.index, first >> 3, last >> 3)
+            pipe.getrange(k.index, byte_of(first), byte_of(last))
             if summary:
                 pipe.zmscore(k.expiry, [str(b) for b in numbers])
-                pipe.getrange(k.expired_batches, first_batch >> 3, last_batch >> 3)
+                pipe.getrange(k.expired_batches, byte_of(first_batch), byte_of(last_batch))
             if state.cold_store is not None:
                 parse_map = queue_map_reads(pipe, k, numbers)
 
@@ -208,8 +209,7 @@ class ArchiveScan:
         if summary:
             scores, bits = replies[1], bytes(replies[2] or b"")
             expiry = {b: float(s) for b, s in zip(numbers, scores, strict=True) if s is not None}
-            base = (first_batch >> 3) << 3
-            expired = {b for b in numbers if (b - base) >> 3 < len(bits) and bits[(b - base) >> 3] & (0x80 >> (b & 7))}
+            expired = {b for b in numbers if bit_set(bits, b, byte_of(first_batch))}
             at = 3
         cold = parse_map(replies[at:]) if parse_map is not None else {}
         return Window(first, last, index, expiry, expired, cold)
@@ -218,7 +218,7 @@ class ArchiveScan:
         """Into ``window``: the sealed blobs and staged records of ``batches`` and the simple hash's
         records of ``pids`` (only while the simple hash holds any)."""
         k = self.keys
-        shelves = sorted({b // SHELF_SLOTS for b in batches})
+        shelves = sorted({shelf_of(b) for b in batches})
         sizes = self.pacer.each([command("strlen", k.shelf(s)) for s in shelves])
         commands: list[Queue] = []
         expected: list[int] = []

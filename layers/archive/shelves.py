@@ -21,6 +21,7 @@ import redis
 from codec import DecodeError
 from codec.framing import SHELF_SLOTS, shelf_slot, shelved, unshelved
 from layers.archive.dead_letters import DeadLetters
+from layers.archive.places import shelf_of, slot_of
 from layers.keys import KeySchema
 from layers.plumbing.replies import script_error
 from layers.plumbing.roundtrip import Part, RoundTrip, raised
@@ -55,11 +56,6 @@ class SlotWrite:
     legacy: bytes | None = None  # the batch's own key as read (deleted once written, if unchanged)
 
 
-def shelf_of(batch_no: int) -> tuple[int, int]:
-    """(shelf number, slot) of a batch."""
-    return divmod(batch_no, SHELF_SLOTS)
-
-
 def add_shelf_reads(
     trip: RoundTrip, keys: KeySchema, numbers: Iterable[int], quarantine: Callable[[int, Any, str], None] | None = None
 ) -> Part[dict[int, StoredBatch]]:
@@ -67,7 +63,7 @@ def add_shelf_reads(
     are asked for); the part's value is the stored batches. A shelf whose slot table is damaged
     reads as empty, with the reason in `StoredBatch.damaged`, and is handed to ``quarantine``."""
     wanted = sorted(set(numbers))
-    shelves = sorted({b // SHELF_SLOTS for b in wanted})
+    shelves = sorted({shelf_of(b) for b in wanted})
 
     def read(replies: list[Any]) -> dict[int, StoredBatch]:
         raised(replies)
@@ -75,7 +71,7 @@ def add_shelf_reads(
         damaged: dict[int, str] = {}
         out = {}
         for b, legacy in zip(wanted, replies[len(shelves) :], strict=True):
-            s, slot = shelf_of(b)
+            s, slot = shelf_of(b), slot_of(b)
             blob = None
             if s not in damaged:
                 try:
@@ -133,13 +129,13 @@ class ShelfStore:
         ``already_there``."""
         by_shelf: dict[int, list[SlotWrite]] = defaultdict(list)
         for w in writes:
-            by_shelf[w.batch_no // SHELF_SLOTS].append(w)
+            by_shelf[shelf_of(w.batch_no)].append(w)
         shelves = sorted(by_shelf.items())
         calls = []
         for s, group in shelves:
             args: list[Any] = [SHELF_SLOTS]
             for w in group:
-                args += [w.batch_no % SHELF_SLOTS, shelved(w.expected or b""), shelved(w.blob)]
+                args += [slot_of(w.batch_no), shelved(w.expected or b""), shelved(w.blob)]
             calls.append(("shelf_put", [self.keys.shelf(s)], args))
         puts = self._scripts.add_calls(trip, calls)
 

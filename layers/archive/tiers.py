@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass
 
 from codec.errors import ValidationError
+from layers.archive.places import batch_of
 
 
 class Tier(enum.StrEnum):
@@ -54,7 +55,7 @@ class TierPolicy:
         return wanted if wanted.rank > stored.rank else stored
 
     def batch_of(self, pid: int) -> int:
-        return pid // self.batch_size
+        return batch_of(pid, self.batch_size)
 
     def capacity(self, batch_no: int) -> int:
         """How many partitions batch ``batch_no`` holds when full (batch 0 has no pid 0)."""

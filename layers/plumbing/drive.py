@@ -6,7 +6,7 @@ generator at its ``yield``. What each step does is the caller's ``perform``; `pe
 `aperform` do the three kinds here on a client of either flavour. These two loops are the only
 place where the blocking and the asyncio flavours differ (`layers.plumbing.steps` adds the
 worker's and the router's steps, `layers.plumbing.scripts` the running of a script,
-`layers.plumbing.slot_moves` riding out a slot move).
+`layers.plumbing.resharding` riding out a slot move).
 """
 
 from __future__ import annotations

@@ -10,11 +10,11 @@ drives them. A step that fails is thrown into the generator at its ``yield``, so
 around a step work as around a call.
 
 The loops that drive the steps are `layers.plumbing.drive`'s; so are scripts run
-(`layers.plumbing.scripts`) and slot moves ridden out (`layers.plumbing.slot_moves`), so what
+(`layers.plumbing.scripts`) and slot moves ridden out (`layers.plumbing.resharding`), so what
 holds for one flavour holds for the other.
 
 `operation` turns a method returning steps into the public method of both flavours at once (a
-`Blocking` or an `Awaited` instance); `blocking` and `awaiting` into that of one.
+`Blocking` or an `Awaited` instance): the worker SDK's and the query router's.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import redis.asyncio
 from redis.commands.core import CoreCommands
 
 from layers.plumbing.drive import Call, Steps, adrive, aperform, drive, perform
+from layers.plumbing.resharding import ride_out, ride_out_async
 from layers.plumbing.scripts import AsyncKeptConnection, AsyncScripts, KeptConnection, Scripts
-from layers.plumbing.slot_moves import ride_out, ride_out_async
 
 __all__ = [
     "AsyncClient",
@@ -44,8 +44,6 @@ __all__ = [
     "Steps",
     "SyncIO",
     "SyncLane",
-    "awaiting",
-    "blocking",
     "one",
     "operation",
 ]
@@ -218,30 +216,6 @@ def _keys(step: Batch) -> list[str]:
     return [str(args[1]) for args, _ in step.calls if len(args) > 1]
 
 
-def blocking(steps: Callable[Concatenate[Any, P], Steps[T]]) -> Callable[Concatenate[Any, P], T]:
-    """The method that runs ``steps`` with the instance's `SyncIO` (``self._io``)."""
-
-    def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        io: SyncIO = self._io
-        return io.run(steps(self, *args, **kwargs))
-
-    functools.update_wrapper(method, steps)
-    return method
-
-
-def awaiting(
-    steps: Callable[Concatenate[Any, P], Steps[T]],
-) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, T]]:
-    """The coroutine method that awaits ``steps`` with the instance's `AsyncIO` (``self._io``)."""
-
-    async def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        io: AsyncIO = self._io
-        return await io.run(steps(self, *args, **kwargs))
-
-    functools.update_wrapper(method, steps)
-    return method
-
-
 class Blocking:
     """Mixin of a class whose operations (`operation`) run blocking, with its `SyncIO` (``self._io``)."""
 
@@ -260,11 +234,15 @@ class operation(Generic[P, T]):
     returns their result; on an `Awaited` one it is a coroutine function. Typed for either (the
     overloads of ``__get__``), with the signature and docstring of the steps' method.
 
+    With ``on``, the steps are a method of an object the instance holds in that attribute:
+    ``get = operation(ActiveReads._get, on="reads")`` runs ``instance.reads._get``.
+
     The method made for an instance is kept in the instance's ``__dict__``, so from the second
     call on it is found as an attribute is, without this descriptor."""
 
-    def __init__(self, steps: Callable[Concatenate[Any, P], Steps[T]]) -> None:
+    def __init__(self, steps: Callable[Concatenate[Any, P], Steps[T]], *, on: str | None = None) -> None:
         self.steps = steps
+        self.on = on
         self.name = steps.__name__.lstrip("_")
         self.__doc__ = steps.__doc__
 
@@ -282,17 +260,18 @@ class operation(Generic[P, T]):
         if instance is None:
             return self
         steps, io = self.steps, instance._io  # type: ignore[attr-defined]
+        holder = instance if self.on is None else getattr(instance, self.on)  # the steps' self
         method: Callable[..., Any]
         if isinstance(io, AsyncIO):
 
             async def awaited(*args: Any, **kwargs: Any) -> Any:
-                return await io.run(steps(instance, *args, **kwargs))
+                return await io.run(steps(holder, *args, **kwargs))
 
             method = awaited
         else:
 
             def blocking(*args: Any, **kwargs: Any) -> Any:
-                return io.run(steps(instance, *args, **kwargs))
+                return io.run(steps(holder, *args, **kwargs))
 
             method = blocking
         functools.update_wrapper(method, steps)

@@ -1,4 +1,4 @@
-"""Calls riding out a slot move (`layers.plumbing.slot_moves`): on real servers, half way through a move,
+"""Calls riding out a slot move (`layers.plumbing.resharding`): on real servers, half way through a move,
 where redis-py alone gives up; and with TRYAGAIN / ASK / CLUSTERDOWN replies injected."""
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from codec.errors import PartArchiveError
 from layers import ActiveLayer, ArchiveQueue, Completion, KeySchema
 from layers.active.sdk_async import AsyncActiveLayer
 from layers.errors import SlotMoving
-from layers.plumbing import drive, slot_moves
+from layers.plumbing import drive, resharding
+from layers.plumbing.resharding import ride_out, run_transaction
 from layers.plumbing.scripts import AsyncScripts, Scripts
-from layers.plumbing.slot_moves import ride_out, run_transaction
 from layers.plumbing.steps import AsyncIO, Batch, Steps, SyncIO
 from tests.conftest import cluster_server
 from tests.helpers import RETRIES, complete_partitions, refusals, retries, wait_for
@@ -140,7 +140,7 @@ class FakeTime:
 def fake_time(monkeypatch: pytest.MonkeyPatch) -> FakeTime:
     """`ride_out`'s clock, and the sleeps of both drivers (`layers.plumbing.drive`)."""
     clock = FakeTime()
-    monkeypatch.setattr(slot_moves, "time", clock)
+    monkeypatch.setattr(resharding, "time", clock)
     monkeypatch.setattr(drive, "time", clock)
     monkeypatch.setattr(drive, "asyncio", SimpleNamespace(sleep=clock.asleep))
     return clock
@@ -184,7 +184,7 @@ def test_a_call_refused_while_its_slot_moves_is_sent_again(fake_time: FakeTime, 
     call, before = Replies(*[refusal] * 6, "ran"), retries(("complete",))
     assert ride_out(call, "complete") == "ran" and call.calls == 7
     assert retries(("complete",)) == before + 6
-    assert len(fake_time.slept) == 6 and all(0.01 <= s <= slot_moves.MAX_DELAY_S for s in fake_time.slept)
+    assert len(fake_time.slept) == 6 and all(0.01 <= s <= resharding.MAX_DELAY_S for s in fake_time.slept)
     assert fake_time.slept[-1] > fake_time.slept[0]  # backing off
 
 
@@ -192,8 +192,8 @@ def test_a_call_refused_past_the_budget_is_a_typed_error(fake_time: FakeTime) ->
     call = Replies(TryAgainError("Multiple keys request during rehashing of slot"))
     with pytest.raises(SlotMoving, match=r"refused 'complete' for 10 s .* it did not run") as caught:
         ride_out(call, "complete")
-    assert fake_time.now <= slot_moves.BUDGET_S and call.calls > 10
-    assert max(fake_time.slept) == pytest.approx(slot_moves.MAX_DELAY_S, rel=0.5)
+    assert fake_time.now <= resharding.BUDGET_S and call.calls > 10
+    assert max(fake_time.slept) == pytest.approx(resharding.MAX_DELAY_S, rel=0.5)
     assert isinstance(caught.value, PartArchiveError) and isinstance(caught.value, redis.RedisError)
     assert isinstance(caught.value.__cause__, TryAgainError)
 
@@ -272,7 +272,7 @@ def test_scripts_on_a_cluster_ride_out_tryagain_and_ask_then_load_by_eval(fake_t
 def test_without_a_budget_the_first_refusal_is_the_answer(
     fake_time: FakeTime, monkeypatch: pytest.MonkeyPatch, flavour: str
 ) -> None:
-    monkeypatch.setattr(slot_moves, "BUDGET_S", 0.0)
+    monkeypatch.setattr(resharding, "BUDGET_S", 0.0)
     client = FakeCluster(evalsha=Replies(MOVING[0], "evalsha ran"))
     with pytest.raises(SlotMoving):
         run_script(flavour, client, "complete", ["{t}_partitions"], [1])
