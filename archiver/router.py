@@ -29,8 +29,9 @@ import redis
 
 from archiver.metrics import DECODES, ROUTER_ANSWERS, ROUTER_SECONDS
 from codec import ArchivedPartition, DecodeError, PartitionInfo
-from codec.elk import ElkRecord, decode_active, parse_archived
+from codec.elk import ElkRecord
 from codec.framing import SHELF_SLOTS, unshelved
+from codec.stored import decode_active, parse_archived
 from codec.validate import check_partition_id
 from layers import ArchiveLayer, KeySchema, TierPolicy
 from layers.archive.cold_store import ColdReads

@@ -306,3 +306,10 @@ def _from_json(cls: type[_R], raw: bytes | str) -> _R:
         raise DecodeError(f"record JSON has the wrong fields: {exc}") from None
     except ValidationError as exc:
         raise DecodeError(f"record JSON is invalid: {exc}") from None
+
+
+def load_json(raw: bytes | str) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"not valid JSON: {exc}") from None

@@ -21,7 +21,7 @@ import redis
 from redis.client import Pipeline
 
 from codec import ArchivedPartition, DecodeError
-from codec.elk import as_archived, parse_archived
+from codec.stored import as_archived, parse_archived
 from layers import ArchiveLayer, KeySchema, TierPolicy
 from layers.plumbing.meta import stored_int
 from layers.plumbing.replies import as_text

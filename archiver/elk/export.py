@@ -19,7 +19,8 @@ from typing import IO, Any
 import redis
 
 from codec import ArchivedPartition, DecodeError
-from codec.elk import ElkRecord, archived_as_elk, as_archived, parse_archived
+from codec.elk import ElkRecord, archived_as_elk
+from codec.stored import as_archived, parse_archived
 from layers import ArchiveLayer
 from layers.archive.cold import queue_map_reads
 from layers.archive.cold_store import ColdReads, name_of

@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from codec import DecodeError, ValidationError
-from codec.elk import parse_active
+from codec.stored import parse_active
 from codec.validate import MAX_INT64, MAX_PARTITION_ID, MIN_INT64, check_int, check_worker_id
 from layers.active.leader import MAX_PARTITIONS_PER_CALL, creation_refused
 from layers.errors import CorruptMetadata, NotLeader, PlanChanged

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from codec import ACTIVE_STATUSES, DecodeError, PartitionInfo, ValidationError
-from codec.elk import parse_active
+from codec.stored import parse_active
 from codec.validate import check_int, check_partition_id
 from layers.keys import KeySchema
 from layers.plumbing.meta import typed_steps

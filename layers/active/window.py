@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from codec import DecodeError, PartArchiveError, PartitionInfo, ValidationError
-from codec.elk import parse_active
 from codec.gojson import GoTime, go_string
+from codec.stored import parse_active
 from codec.validate import MAX_ERROR_BYTES, check_int, check_partition_id, check_seconds, check_text
 from layers.active.latencies import LatencyBuffer, latency_argument
 from layers.active.presence import WorkerPresence, presence_from

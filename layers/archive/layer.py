@@ -27,8 +27,9 @@ from typing import Any, Protocol
 import redis
 
 from codec import ArchivedPartition, ValidationError
-from codec.elk import ElkRecord, as_archived
+from codec.elk import ElkRecord
 from codec.page import Columns
+from codec.stored import as_archived
 from layers.archive.sealing import BatchSealing, SealReads, UnwrittenSeals
 from layers.archive.shelves import ShelfStore
 from layers.archive.tiers import Tier, TierPolicy

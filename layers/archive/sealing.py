@@ -24,7 +24,7 @@ import redis
 from redis.exceptions import NoScriptError
 
 from codec import ArchivedPartition, DecodeError, decode_blob, encode_blob
-from codec.elk import as_archived, parse_archived
+from codec.stored import as_archived, parse_archived
 from layers.archive.shelves import ShelfStore, SlotWrite, StoredBatch
 from layers.archive.tiers import Tier, TierPolicy
 from layers.archive.workers import WorkerRegistry

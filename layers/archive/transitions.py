@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from codec import ArchivedPartition, DecodeError, blob_record_count
-from codec.elk import as_archived, parse_archived
+from codec.stored import as_archived, parse_archived
 from layers.archive.layer import ArchiveLayer
 from layers.archive.shelves import SlotWrite, StoredBatch
 from layers.archive.tiers import Tier, TierPolicy
