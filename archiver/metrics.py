@@ -22,7 +22,7 @@ from archiver.snapshot import NamespaceSnapshot, SnapshotReader
 from codec import ACTIVE_STATUSES, PartArchiveError
 from layers import ArchiveLayer, KeySchema, Tier
 from layers.active.latencies import COMPLETE_BUCKETS
-from layers.plumbing.meta import stored_int
+from layers.plumbing.settings import stored_int
 
 
 def _log() -> Any:

@@ -39,8 +39,9 @@ from layers.archive.shelves import StoredBatch, add_shelf_reads
 from layers.archive.workers import WorkerNumbers
 from layers.errors import ColdFileDamaged, ColdStoreUnavailable
 from layers.keys import is_cluster_client
-from layers.plumbing.meta import StoredBatchSize, typed_steps
+from layers.plumbing.key_types import typed_steps
 from layers.plumbing.replies import as_text
+from layers.plumbing.settings import StoredBatchSize
 from layers.plumbing.steps import AsyncClient, AsyncIO, Batch, Call, Script, Steps, SyncIO, awaiting, blocking
 from stats.reader import RangeSummaries
 

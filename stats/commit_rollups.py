@@ -18,7 +18,7 @@ from codec import ValidationError, WorkerMap
 from codec.page import Columns
 from layers import ArchiveLayer, KeySchema
 from layers.archive.commit import DEFAULT_FLUSH_COUNT, DEFAULT_FLUSH_INTERVAL_S, CommitBuffer, Committer
-from layers.plumbing.meta import stored_int
+from layers.plumbing.settings import stored_int
 from stats.rollup import DEFAULT_RANGE_WIDTH, rollup_segments
 
 

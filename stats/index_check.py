@@ -33,8 +33,8 @@ from redis.client import Pipeline
 
 from codec import ArchivedPartition
 from layers import KeySchema, TierPolicy
-from layers.plumbing.meta import stored_int
 from layers.plumbing.replies import as_text
+from layers.plumbing.settings import stored_int
 from layers.plumbing.slot_moves import run_transaction
 from stats.compaction import COARSE, coarse_of
 from stats.fields import worker_ids

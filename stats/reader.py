@@ -10,8 +10,10 @@ from codec import DecodeError
 from layers import KeySchema
 from layers.active.reads import COUNTED, counts_from, queue_counts
 from layers.archive.scan import Queue, command
-from layers.plumbing.meta import is_wrong_type, stored_int, stored_tier, wrong_type_error
+from layers.archive.tiers import stored_tier
+from layers.plumbing.key_types import is_wrong_type, wrong_type_error
 from layers.plumbing.replies import as_text
+from layers.plumbing.settings import stored_int
 from layers.plumbing.steps import Batch, Steps, SyncIO, one
 from stats.compaction import COARSE, coarse_of, merge_fields
 from stats.fields import KINDS, by_worker_id, per_worker, worker_ids

@@ -23,8 +23,8 @@ from redis.client import Pipeline
 from codec import ArchivedPartition, DecodeError
 from codec.stored import as_archived, parse_archived
 from layers import ArchiveLayer, KeySchema, TierPolicy
-from layers.plumbing.meta import stored_int
 from layers.plumbing.replies import as_text
+from layers.plumbing.settings import stored_int
 from layers.plumbing.slot_moves import run_transaction
 from stats.compaction import coarse_of, merge_fields
 from stats.fields import by_worker_id, to_numbered, worker_ids

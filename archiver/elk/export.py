@@ -25,8 +25,8 @@ from layers import ArchiveLayer
 from layers.archive.cold import queue_map_reads
 from layers.archive.cold_store import ColdReads, name_of
 from layers.errors import ColdFileDamaged, ColdStoreUnavailable
-from layers.plumbing.meta import stored_int
 from layers.plumbing.replies import as_text
+from layers.plumbing.settings import stored_int
 
 FORMATS = ("elk", "native", "parquet")
 _SCAN = 1000

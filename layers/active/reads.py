@@ -11,7 +11,7 @@ from codec import ACTIVE_STATUSES, DecodeError, PartitionInfo, ValidationError
 from codec.stored import parse_active
 from codec.validate import check_int, check_partition_id
 from layers.keys import KeySchema
-from layers.plumbing.meta import typed_steps
+from layers.plumbing.key_types import typed_steps
 from layers.plumbing.steps import Batch, Steps, one
 
 P = ParamSpec("P")

@@ -32,12 +32,12 @@ from codec.page import Columns
 from codec.stored import as_archived
 from layers.archive.sealing import BatchSealing, SealReads, UnwrittenSeals
 from layers.archive.shelves import ShelfStore
-from layers.archive.tiers import Tier, TierPolicy
+from layers.archive.tiers import Tier, TierPolicy, read_tier, stored_tier
 from layers.archive.workers import WorkerRegistry
 from layers.keys import KeySchema
-from layers.plumbing.meta import StoredBatchSize, read_tier, stored_int, stored_tier
 from layers.plumbing.replies import as_text
 from layers.plumbing.scripts import Scripts
+from layers.plumbing.settings import StoredBatchSize, stored_int
 
 
 class ColdSweep(Protocol):
