@@ -22,7 +22,7 @@ from codec import ArchivedPartition, DecodeError
 from codec.elk import ElkRecord, archived_as_elk
 from codec.stored import as_archived, parse_archived
 from layers import ArchiveLayer
-from layers.archive.cold import queue_map_reads
+from layers.archive.cold import add_map_reads
 from layers.archive.cold_store import ColdReads, name_of
 from layers.errors import ColdFileDamaged, ColdStoreUnavailable
 from layers.plumbing.replies import as_text
@@ -123,7 +123,7 @@ class Exporter:
                 self.skipped.append(f"cold file {name_of(number)}: {exc}")
                 continue
             pipe = self.redis.pipeline(transaction=False)
-            parse = queue_map_reads(pipe, keys, sorted({p // size for p in rows.pids}))
+            parse = add_map_reads(pipe, keys, sorted({p // size for p in rows.pids}))
             owner = parse(pipe.execute())
             for part in rows.records():
                 if owner.get(part.partition_id // size) == number:

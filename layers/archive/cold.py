@@ -71,8 +71,8 @@ _BACKOFF_S = (5.0, 30.0, 120.0, 600.0)
 COLD_FIELDS = ("cold_store", "cold_bytes", "cold_partitions", "cold_written_at", "cold_error", "cold_last")
 
 
-def queue_map_reads(pipe: Any, keys: KeySchema, numbers: Sequence[int]) -> Any:
-    """Queue on ``pipe`` the reads of these batches' cold map entries (a GETRANGE per run of up to
+def add_map_reads(pipe: Any, keys: KeySchema, numbers: Sequence[int]) -> Any:
+    """Add to ``pipe`` the reads of these batches' cold map entries (a GETRANGE per run of up to
     `MAP_SPAN` batch numbers); the function returned takes the replies, in order, and gives batch
     -> file number (0: none) for each."""
     wanted = sorted(set(numbers))
@@ -199,7 +199,7 @@ class ColdTier:
         for start in range(0, len(numbers), 256):
             chunk = numbers[start : start + 256]
             pipe = archive.redis.pipeline(transaction=False)
-            parse_map = queue_map_reads(pipe, self.keys, chunk)
+            parse_map = add_map_reads(pipe, self.keys, chunk)
             parse_shelves = archive.shelves.add_reads(pipe, chunk)
             replies = pipe.execute()
             files = parse_map(replies[: parse_map.count])
@@ -288,7 +288,7 @@ class ColdTier:
             try:
                 table = self.store.rows_between(record["name"], record["first_pid"], record["last_pid"])
                 pipe = r.pipeline(transaction=False)
-                parse = queue_map_reads(pipe, keys, sorted({p // size for p in table.pids}))
+                parse = add_map_reads(pipe, keys, sorted({p // size for p in table.pids}))
                 files = parse(pipe.execute())
             except ColdFileDamaged as exc:
                 _log().warning("the last cold file cannot be read: a new file is started", error=str(exc))
