@@ -114,7 +114,7 @@ class LayerStateCollector(Collector):
             snap.unreadable,
         )
         yield gauge("partarchive_queue_length", "Archive queue entries not yet archived.", q.length)
-        yield gauge("partarchive_queue_pending", "Entries delivered but not acknowledged.", q.pending)
+        yield gauge("partarchive_queue_pending", "Entries delivered and unacknowledged.", q.pending)
         yield gauge(
             "partarchive_queue_oldest_pending_age_seconds", "Age of the oldest unacknowledged entry.",
             q.oldest_pending_age_s,

@@ -483,7 +483,7 @@ class LeaderView:
 
 
 def leader_reads(pipe: Any, keys: KeySchema) -> None:
-    """Queue the reads of a `LeaderView` on a pipeline (or `Batch`); `leader_view_from` reads their replies
+    """Add the reads of a `LeaderView` to a pipeline (or `Batch`); `leader_view_from` reads their replies
     (`LEADER_READS` of them)."""
     pipe.hgetall(keys.leader_lock)
     pipe.pttl(keys.leader_lock)
