@@ -21,7 +21,7 @@ Configured with ``run --cold-store PATH|URL`` (`layers.archive.cold_store`), the
 A kill -9 anywhere loses nothing (Redis keeps a batch until its file is durable and recorded) and
 records nothing twice (a batch's entry names one file; a file written and not recorded is an
 orphan, deleted by the next step, as are temporary files and retired files once no reader can be
-on its way to them). A cold store that cannot be written holds the batches in Redis, noted in the
+on its way to them). A cold store that cannot be written keeps the batches in Redis, noted in the
 archive meta (``cold_error``, shown by ``status``), and is tried again after a backoff.
 
 Readers (the query router, ``find``, ``export``) find a batch's file with one GETRANGE of the cold
@@ -235,14 +235,14 @@ class ColdTier:
         for number, group in sorted(by_file.items()):
             lo, hi = group[0].number * size, (group[-1].number + 1) * size - 1
             try:
-                held = self.store.rows_between(name_of(number), lo, hi).records()
+                filed = self.store.rows_between(name_of(number), lo, hi).records()
             except ColdFileDamaged as exc:
                 # the batch's earlier rows cannot be read: it stays in Redis until they can, named in status
                 self.archive.redis.hset(self.keys.archive_meta, "cold_error", str(exc)[:500])
                 _log().warning("a cold file cannot be read; its batches stay in Redis", error=str(exc))
                 continue
             cold: dict[int, dict[int, ArchivedPartition]] = defaultdict(dict)
-            for p in held:
+            for p in filed:
                 cold[p.partition_id // size][p.partition_id] = p
             for b in group:
                 mine = cold.get(b.number, {})
