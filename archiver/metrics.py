@@ -22,7 +22,7 @@ from archiver.snapshot import NamespaceSnapshot, SnapshotReader
 from codec import ACTIVE_STATUSES, PartArchiveError
 from layers import ArchiveLayer, KeySchema, Tier
 from layers.active.latencies import COMPLETE_BUCKETS
-from layers.plumbing.meta import stored_int
+from layers.plumbing.settings import stored_int
 
 
 def _log() -> Any:
@@ -114,7 +114,7 @@ class LayerStateCollector(Collector):
             snap.unreadable,
         )
         yield gauge("partarchive_queue_length", "Archive queue entries not yet archived.", q.length)
-        yield gauge("partarchive_queue_pending", "Entries delivered but not acknowledged.", q.pending)
+        yield gauge("partarchive_queue_pending", "Entries delivered and unacknowledged.", q.pending)
         yield gauge(
             "partarchive_queue_oldest_pending_age_seconds", "Age of the oldest unacknowledged entry.",
             q.oldest_pending_age_s,

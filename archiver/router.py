@@ -29,8 +29,9 @@ import redis
 
 from archiver.metrics import DECODES, ROUTER_ANSWERS, ROUTER_SECONDS
 from codec import ArchivedPartition, DecodeError, PartitionInfo
-from codec.elk import ElkRecord, decode_active, parse_archived
+from codec.elk import ElkRecord
 from codec.framing import unshelved
+from codec.stored import decode_active, parse_archived
 from codec.validate import check_partition_id
 from layers import ArchiveLayer, KeySchema, TierPolicy
 from layers.archive.cold_store import ColdReads
@@ -39,9 +40,10 @@ from layers.archive.shelves import StoredBatch, add_shelf_reads
 from layers.archive.workers import RegistryReader
 from layers.errors import ColdFileDamaged, ColdStoreUnavailable
 from layers.keys import is_cluster_client
-from layers.plumbing.meta import StoredBatchSize, typed_steps
+from layers.plumbing.key_types import typed_steps
 from layers.plumbing.replies import as_text
 from layers.plumbing.roundtrip import RoundTrip
+from layers.plumbing.settings import StoredBatchSize
 from layers.plumbing.steps import AsyncClient, AsyncIO, Awaited, Batch, Blocking, Call, Script, Steps, SyncIO, operation
 from stats.reader import RangeSummaries
 

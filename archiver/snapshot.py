@@ -27,14 +27,16 @@ from layers.active.presence import WorkerPresence, presence_from
 from layers.active.reads import COUNTED, add_counts
 from layers.archive.cold import COLD_FIELDS
 from layers.archive.queue import QueueState, queue_state_from
+from layers.archive.tiers import stored_tier
 from layers.archive.transitions import MOVE_FIELDS, TransitionState, transition_from
 from layers.control.liveness import ArchiverHealth, archivers_from, server_time
 from layers.control.pressure import PressureState, pressure_state
 from layers.control.switch import ArchivalState, parse_state
 from layers.keys import ARCHIVER_GROUP
-from layers.plumbing.meta import is_wrong_type, stored_int, stored_tier, wrong_type_error
+from layers.plumbing.key_types import is_wrong_type, wrong_type_error
 from layers.plumbing.replies import as_text
 from layers.plumbing.roundtrip import RoundTrip
+from layers.plumbing.settings import stored_int
 from stats.progress import JobProgress, job_progress, parse_samples
 from stats.reader import degraded_view, rollup_reads, rollup_view
 

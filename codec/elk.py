@@ -23,7 +23,7 @@ import orjson
 
 from codec.errors import DecodeError, ValidationError
 from codec.gojson import CLOCKS, DATE_DAYS, ZERO_TIME, ZONES, GoTime, go_json, go_string
-from codec.record import ArchivedPartition, PartitionInfo, Status
+from codec.record import ArchivedPartition, PartitionInfo, Status, load_json
 from codec.validate import (
     MAX_DURATION,
     MAX_ID,
@@ -155,19 +155,12 @@ def _go_value(name: str, value: Any) -> Any:
     return value
 
 
-def _loads(raw: bytes | str) -> Any:
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise DecodeError(f"not valid JSON: {exc}") from None
-
-
 def decode_elk(raw: bytes | str) -> ElkRecord:
     """Read a record as Go's ``json.Unmarshal`` would; anything Go rejects is a `DecodeError`."""
-    return _elk_from_data(_loads(raw))
+    return elk_from_data(load_json(raw))
 
 
-def _elk_from_data(data: Any) -> ElkRecord:
+def elk_from_data(data: Any) -> ElkRecord:
     if type(data) is not dict:
         raise DecodeError("an elk_coordinator record is a JSON object")
     fast = _as_written_by_go(data)
@@ -340,47 +333,6 @@ def completed_as_archived(data: Any) -> ArchivedPartition | None:
     return None
 
 
-def is_elk_json(data: dict[str, Any]) -> bool:
-    """Tell a decoded Go record from partarchive's own JSON (whose times are integers)."""
-    for name in ("updated_at", "created_at", "last_heartbeat"):
-        if name in data:
-            return not isinstance(data[name], int)
-    return "completed_at" not in data
-
-
-def parse_archived(raw: bytes | str) -> ArchivedPartition | ElkRecord:
-    """A stored archive record in either format: partarchive's own or Go's full record."""
-    data = _loads(raw)
-    if type(data) is dict and is_elk_json(data):
-        rec = _elk_from_data(data)
-        try:
-            rec.to_archived()
-        except ValidationError as exc:
-            raise DecodeError(f"record cannot be archived: {exc}") from None
-        return rec
-    return ArchivedPartition.from_dict(data)
-
-
-def decode_active(raw: bytes | str) -> PartitionInfo | ElkRecord:
-    """An active-hash record in either format, Go's kept as Go wrote it."""
-    data = _loads(raw)
-    if type(data) is dict and is_elk_json(data):
-        return _elk_from_data(data)
-    return PartitionInfo.from_parsed(data, raw)
-
-
-def parse_active(raw: bytes | str) -> PartitionInfo:
-    """An active-hash record in either format, as the worker SDK's `PartitionInfo`."""
-    data = _loads(raw)
-    if type(data) is dict and is_elk_json(data):
-        return _elk_from_data(data).to_partition_info()
-    return PartitionInfo.from_parsed(data, raw)
-
-
-def as_archived(rec: ArchivedPartition | ElkRecord) -> ArchivedPartition:
-    return rec if isinstance(rec, ArchivedPartition) else rec.to_archived()
-
-
 class ElkWorker(NamedTuple):
     """A member of Go's ``workers`` sorted set (``model.WorkerInfo``)."""
 
@@ -390,7 +342,7 @@ class ElkWorker(NamedTuple):
 
 
 def decode_elk_worker(raw: bytes | str) -> ElkWorker:
-    data = _loads(raw)
+    data = load_json(raw)
     if type(data) is not dict or type(data.get("worker_id")) is not str:
         raise DecodeError("worker member has no worker_id")
     register = data.get("register_time")

@@ -6,7 +6,7 @@ into one list per field, instead of one record object per entry, is what lets th
 rolled up with builtins over whole columns and the checks run once per column: a payload that
 ``complete.lua`` wrote (the usual case) is parsed once and kept as it is. Anything else (Go's
 whole record, from a namespace bound to elk_coordinator; a hand-made entry) takes the general
-path, `codec.elk.parse_archived`, which explains what is wrong with a payload it refuses.
+path, `codec.stored.parse_archived`, which explains what is wrong with a payload it refuses.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from typing import Any
 
 import orjson
 
-from codec.elk import ElkRecord, as_archived, parse_archived
+from codec.elk import ElkRecord
 from codec.errors import DecodeError
 from codec.record import ArchivedPartition
+from codec.stored import as_archived, parse_archived
 from codec.validate import (
     MAX_DURATION,
     MAX_INT64,

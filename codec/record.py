@@ -267,11 +267,7 @@ class ArchivedPartition(_ArchivedFields):
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> ArchivedPartition:
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise DecodeError(f"not valid JSON: {exc}") from None
-        return cls.from_dict(data)
+        return cls.from_dict(load_json(raw))
 
     @classmethod
     def from_dict(cls, data: Any) -> ArchivedPartition:
@@ -294,10 +290,7 @@ _R = TypeVar("_R", PartitionInfo, ArchivedPartition)
 
 def _from_json(cls: type[_R], raw: bytes | str) -> _R:
     """Parse stored JSON into `cls`; anything malformed is a `DecodeError`."""
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise DecodeError(f"not valid JSON: {exc}") from None
+    data = load_json(raw)
     if not isinstance(data, dict):
         raise DecodeError("record JSON is not an object")
     try:
@@ -306,3 +299,10 @@ def _from_json(cls: type[_R], raw: bytes | str) -> _R:
         raise DecodeError(f"record JSON has the wrong fields: {exc}") from None
     except ValidationError as exc:
         raise DecodeError(f"record JSON is invalid: {exc}") from None
+
+
+def load_json(raw: bytes | str) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"not valid JSON: {exc}") from None

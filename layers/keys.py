@@ -3,10 +3,10 @@
 With the default namespace ``elk`` the names are the original ones: ``elk_partitions``,
 ``elk_completed``, ``elk_completed:index``, ``elk_completed:shelf:<n>``. In cluster mode the
 namespace is wrapped in a hash tag (``{elk}_partitions``) for every key that a script touches
-together with others, so they share a slot. The per-batch keys (shelves, staging, legacy batch
-keys, quarantine) are not in the namespace's slot: each is tagged by its own number instead
-(``elk_completed:shelf:{7}``), so they spread over the slots. A namespace bound to an
-elk_coordinator prefix has every key in the slot of the prefix's own ``{tag}``.
+together with others, so they share a hash slot. The per-batch keys (shelves, staging, legacy batch
+keys, quarantine) are not in the namespace's hash slot: each is tagged by its own number instead
+(``elk_completed:shelf:{7}``), so they spread over the hash slots. A namespace bound to an
+elk_coordinator prefix has every key in the hash slot of the prefix's own ``{tag}``.
 
 A namespace can be bound to an elk_coordinator deployment by its ``KeyPrefix`` option
 (``elk_prefix``; configured, never guessed). Go's keys are ``"elk:" + KeyPrefix + name`` with
@@ -140,7 +140,7 @@ class KeySchema:
             if self.cluster and not _HASH_TAG_RE.search(self.elk_prefix):
                 raise ValidationError(
                     f"elk_coordinator KeyPrefix {self.elk_prefix!r} has no {{hash tag}}: its keys spread over "
-                    "cluster slots, so neither Go's scripts nor partarchive's can run on Redis Cluster"
+                    "cluster hash slots, so neither Go's scripts nor partarchive's can run on Redis Cluster"
                 )
         _PREFIXES.setdefault(f"{self._tagged}_", self.namespace)
         _PREFIXES.setdefault(f"{self._untagged}_", self.namespace)
@@ -162,7 +162,7 @@ class KeySchema:
         """``namespace`` as a schema: a `KeySchema` passes through, a name is built into one.
 
         With a Redis Cluster ``client`` a name always gets hash-tagged keys, and a schema without
-        them is refused: the scripts' keys would land in different slots.
+        them is refused: the scripts' keys would land in different hash slots.
         """
         on_cluster = is_cluster_client(client)
         if not isinstance(namespace, KeySchema):
@@ -485,7 +485,7 @@ class KeySchema:
 
     def shelf(self, shelf_no: int) -> str:
         """String: the sealed batches ``shelf_no * 64 ..`` in one shelf (`codec.framing`); in cluster
-        mode tagged by shelf number, so shelves spread over the slots."""
+        mode tagged by shelf number, so shelves spread over the hash slots."""
         return f"{self._untagged}_completed:shelf:{self._batch_part(shelf_no)}"
 
     def shelf_quarantine(self, shelf_no: int) -> str:
@@ -497,7 +497,7 @@ class KeySchema:
         return f"{self._untagged}_completed:corrupt:{self._batch_part(batch_no)}"
 
     def staging(self, batch_no: int) -> str:
-        """Hash pid -> archived JSON of a batch not sealed yet; same slot as `batch`."""
+        """Hash pid -> archived JSON of a batch not sealed yet; same hash slot as `batch`."""
         return f"{self._untagged}_completed:stage:{self._batch_part(batch_no)}"
 
     @property

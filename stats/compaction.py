@@ -18,9 +18,9 @@ import redis
 
 from codec import DecodeError
 from layers import KeySchema
-from layers.plumbing.meta import stored_int
 from layers.plumbing.replies import script_error
 from layers.plumbing.scripts import Scripts
+from layers.plumbing.settings import stored_int
 
 COARSE = 100
 _DAYS_PER_STEP = 366

@@ -34,9 +34,9 @@ from redis.client import Pipeline
 from codec import ArchivedPartition
 from layers import KeySchema, TierPolicy
 from layers.archive.places import bit_set, byte_of
-from layers.plumbing.meta import stored_int
 from layers.plumbing.replies import as_text
 from layers.plumbing.resharding import run_transaction
+from layers.plumbing.settings import stored_int
 from stats.compaction import COARSE, coarse_of
 from stats.fields import worker_ids
 from stats.lost import lost_detail, marked, runs

@@ -24,8 +24,8 @@ from typing import Any
 import redis
 
 from layers.keys import KeySchema
-from layers.plumbing.meta import stored_int
 from layers.plumbing.replies import as_text
+from layers.plumbing.settings import stored_int
 
 SAMPLE_EVERY_S = 10.0
 KEEP_MINUTES = 25 * 60

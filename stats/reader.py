@@ -9,10 +9,12 @@ import redis
 from codec import DecodeError
 from layers import KeySchema
 from layers.active.reads import COUNTED, add_counts
-from layers.archive.scan import Queue, command
-from layers.plumbing.meta import is_wrong_type, stored_int, stored_tier, wrong_type_error
+from layers.archive.scan import Command, command
+from layers.archive.tiers import stored_tier
+from layers.plumbing.key_types import is_wrong_type, wrong_type_error
 from layers.plumbing.replies import as_text
 from layers.plumbing.roundtrip import RoundTrip
+from layers.plumbing.settings import stored_int
 from layers.plumbing.steps import Batch, Steps, SyncIO, one
 from stats.compaction import COARSE, coarse_of, merge_fields
 from stats.fields import KINDS, by_worker_id, per_worker, worker_ids
@@ -31,7 +33,7 @@ def _avg(total: int, count: int) -> float:
 
 
 def rollup_reads(pipe: Any, keys: KeySchema) -> None:
-    """Queue the reads of the completed rollups (global and per worker) on a pipeline; their two
+    """Add the reads of the completed rollups (global and per worker) to a pipeline; their two
     replies are `rollup_view`'s."""
     pipe.hgetall(keys.stats_global)
     pipe.hgetall(keys.stats_workers)
@@ -235,7 +237,7 @@ class RangeBounds(NamedTuple):
 
 def range_bounds_commands(
     keys: KeySchema, ranges: list[int], worker_fields: list[str], merged_below: int
-) -> tuple[list[Queue], Any]:
+) -> tuple[list[Command], Any]:
     """One command (`layers.archive.scan.command`) per range, or per coarse range for those merged into one
     (below ``merged_below``): an HMGET of the count, the completion time bounds and
     ``worker_fields`` (a worker's count under each name a rollup may give it, `stats.fields`); and

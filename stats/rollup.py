@@ -27,7 +27,7 @@ from codec import ArchivedPartition, ValidationError, WorkerNumbering
 from codec.page import Columns
 from layers import ArchiveLayer, KeySchema
 from layers.archive.commit import DEFAULT_FLUSH_COUNT, DEFAULT_FLUSH_INTERVAL_S, CommitBuffer, Committer
-from layers.plumbing.meta import stored_int
+from layers.plumbing.settings import stored_int
 from stats.fields import id_names, numbered_names
 from stats.progress import MINUTES_KEPT
 

@@ -35,8 +35,8 @@ import redis
 
 from codec import DecodeError, PartitionInfo, ValidationError
 from codec.columnar import RowFilter
-from codec.elk import as_archived, parse_active, parse_archived
 from codec.framing import SHELF_SLOTS, blob_rows
+from codec.stored import as_archived, parse_active, parse_archived
 from codec.validate import MAX_DURATION, MAX_PARTITION_ID, MAX_TIMESTAMP, check_worker_id
 from layers import ArchiveLayer, KeySchema
 from layers.archive.cold_store import ColdReads, name_of

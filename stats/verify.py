@@ -21,13 +21,13 @@ import redis
 from redis.client import Pipeline
 
 from codec import ArchivedPartition, DecodeError
-from codec.elk import as_archived, parse_archived
+from codec.stored import as_archived, parse_archived
 from layers import ArchiveLayer, KeySchema, TierPolicy
 from layers.archive.places import batch_of, bit_set
-from layers.plumbing.meta import stored_int
 from layers.plumbing.replies import as_text
 from layers.plumbing.resharding import run_transaction
 from layers.plumbing.roundtrip import RoundTrip, raised
+from layers.plumbing.settings import stored_int
 from stats.compaction import coarse_of, merge_fields
 from stats.fields import by_worker_id, to_numbered, worker_ids
 from stats.lost import LostDetail, indexed_pids, lost_detail, marked, runs

@@ -1,6 +1,7 @@
-"""docs/architecture.md ends with one completion's path and one lookup's path, file by file: these
-tests run both on the real engine and hold the listings to the files whose code ran, every one
-named and none named that did not run, and to the counts the document gives.
+"""docs/architecture.md ends with one completion's path and one lookup's path, file by file, each in two
+listings: the path's own files, then the shared plumbing it uses. These tests run both paths on the real
+engine and hold the two listings together to the files whose code ran, every one named once and none
+named that did not run, and each listing to the counts the document gives.
 
 A file is counted when code of it runs: a function, a method or a generator of it is called or
 resumed (`sys.setprofile`, in every thread), while the traced call runs and after a warm-up, so
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 from fastapi.testclient import TestClient
@@ -73,23 +74,52 @@ def tracing() -> Iterator[Ran]:
         threading.setprofile(None)  # type: ignore[arg-type]
 
 
-def documented(title: str) -> tuple[set[str], set[str], tuple[int, int]]:
-    """The Python and Lua files a path's listing names, and the counts said under it."""
+class Listing(NamedTuple):
+    """The Python and Lua files one listing of a path names."""
+
+    python: set[str]
+    lua: set[str]
+
+
+def _listing(block: str) -> Listing:
+    python = set(re.findall(r"\b((?:archiver|codec|layers|stats)/[\w/]+\.py)\b", block))
+    return Listing(python, set(re.findall(r"\b(_?\w+\.lua)\b", block)))
+
+
+def documented(title: str) -> tuple[Listing, Listing, list[tuple[int, int]], tuple[int, int, int]]:
+    """A path's two listings (its own files, then the shared plumbing it uses), the counts said under
+    each, and the totals said last (Python files, Lua files, all)."""
     section = DOC.read_text(encoding="utf-8").split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
-    listing = section.split("```", 2)[1]
-    python = set(re.findall(r"\b((?:archiver|codec|layers|stats)/[\w/]+\.py)\b", listing))
-    lua = set(re.findall(r"\b(_?\w+\.lua)\b", listing))
-    counts = re.search(r"(\d+) Python files and (\d+) Lua files", section)
-    assert counts, f"the counts under '{title}'"
-    return python, lua, (int(counts[1]), int(counts[2]))
+    blocks = section.split("```")[1::2]
+    assert len(blocks) == 2, f"two listings under '{title}'"
+    counts = [(int(py), int(lua)) for py, lua in re.findall(r"(\d+) Python files and (\d+) Lua files", section)]
+    assert len(counts) == 3, f"the counts under '{title}': each listing's, then the totals"
+    total = re.search(r"(\d+) Python files and (\d+) Lua files ran: (\d+) in all", section)
+    assert total, f"the totals under '{title}'"
+    own, shared = (_listing(block) for block in blocks)
+    return own, shared, counts[:2], (int(total[1]), int(total[2]), int(total[3]))
 
 
 def check(ran: Ran, title: str) -> None:
-    python, lua, counts = documented(title)
+    own, shared, counts, total = documented(title)
+    assert own.python & shared.python == set() and own.lua & shared.lua == set(), "named in both listings"
+    python, lua = own.python | shared.python, own.lua | shared.lua
     assert sorted(ran.python - python) == [], "ran and not named"
     assert sorted(python - ran.python) == [], "named and did not run"
     assert sorted(ran.lua ^ lua) == []
-    assert counts == (len(python), len(lua))
+    assert counts == [(len(own.python), len(own.lua)), (len(shared.python), len(shared.lua))]
+    assert total == (len(python), len(lua), len(python) + len(lua))
+
+
+def test_shared_plumbing_is_what_every_path_shares() -> None:
+    """The second listing of each path names shared plumbing only: `layers/plumbing/` (with its Lua
+    helpers), the key schema, the record and its checks."""
+    shared_homes = ("layers/plumbing/", "layers/keys.py", "codec/record.py", "codec/validate.py")
+    for title in ("One completion, file by file", "One lookup, file by file"):
+        own, shared, _, _ = documented(title)
+        assert sorted(f for f in shared.python if not f.startswith(shared_homes)) == []
+        assert sorted(f for f in own.python if f.startswith(shared_homes)) == []
+        assert shared.lua <= {path.name for path in (ROOT / "layers" / "plumbing" / "lua").glob("*.lua")}
 
 
 def test_one_completion_runs_in_the_files_its_listing_names(real_redis: redis.Redis, namespace: str) -> None:

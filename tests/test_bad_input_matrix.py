@@ -18,7 +18,7 @@ from archiver.daemon.loop import ArchiverDaemon, drain
 from archiver.web import create_app
 from codec import PartArchiveError
 from layers import ActiveLayer, KeySchema
-from layers.plumbing.meta import KEY_TYPES
+from layers.plumbing.key_types import KEY_TYPES
 from stats import StatsReader
 from tests.conftest import delete_namespace
 from tests.flavours import Flavour

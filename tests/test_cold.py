@@ -19,7 +19,7 @@ from archiver.namespace import Namespace
 from archiver.router import QueryRouter, Source
 from codec import ArchivedPartition
 from layers import migrate_step
-from layers.archive.cold import ColdTier, queue_map_reads
+from layers.archive.cold import ColdTier, add_map_reads
 from layers.archive.cold_store import ColdStore, name_of
 from layers.archive.commit import Uncommitted
 from layers.archive.transitions import index_expiry_step
@@ -76,7 +76,7 @@ def run_steps(ns: Namespace, now: float) -> int:
 
 def cold_map(ns: Namespace, batches: list[int]) -> dict[int, int]:
     pipe = ns.redis.pipeline(transaction=False)
-    parse = queue_map_reads(pipe, ns.keys, batches)
+    parse = add_map_reads(pipe, ns.keys, batches)
     return parse(pipe.execute())  # type: ignore[no-any-return]
 
 

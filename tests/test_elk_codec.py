@@ -21,10 +21,10 @@ from codec.elk import (
     completed_as_archived_page,
     decode_elk,
     encode_elk,
-    parse_archived,
 )
 from codec.elk_batch import decode_elk_batch, encode_elk_batch
 from codec.gojson import ZERO_TIME, GoTime, go_json, go_string
+from codec.stored import parse_archived
 
 FIXTURES = Path(__file__).parent / "fixtures" / "elk"
 

@@ -25,7 +25,7 @@ from prometheus_client import REGISTRY
 from archiver.runtime import LeaderSettings, RetryPolicy
 from archiver.status import collect_status
 from codec import PartitionInfo, ValidationError
-from codec.elk import parse_active
+from codec.stored import parse_active
 from layers import ActiveLayer, KeySchema, NotLeader
 from layers.active import planning as planning_module
 from layers.active.planning import PlanningLayer, Run

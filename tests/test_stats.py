@@ -281,7 +281,7 @@ def test_stats_cli(engine_url: str, real_redis: redis.Redis, namespace: str) -> 
     held = MaintenanceLock(real_redis, KeySchema(namespace), "someone")
     assert held.acquire()
     refused = run_cli(engine_url, namespace, "stats", "verify", "--repair")
-    assert refused.returncode == 2 and "held by 'someone'" in refused.stderr and refused.stderr.count("\n") == 1
+    assert refused.returncode == 2 and "taken by 'someone'" in refused.stderr and refused.stderr.count("\n") == 1
     held.release()
     fixed = run_cli(engine_url, namespace, "stats", "verify", "--repair")
     assert fixed.returncode == 0 and "repaired" in fixed.stdout

@@ -1,6 +1,6 @@
 """Which node answers for a namespace and how many replicas are in step, as `status`, `status --json`
 and the dashboard show it: on one server, through Sentinel, and on a Redis Cluster (the master of
-the namespace's slot)."""
+the namespace's hash slot)."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def test_cluster_master_of_the_namespace_slot(
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["redis"]["node"] == owner
         text = run_cli(local_cluster.url, name, "status", PARTARCHIVE_CLUSTER="1").stdout
-        assert f"{owner} (cluster master of the namespace's slot, role master); 0 replicas" in text
+        assert f"{owner} (cluster master of the namespace's hash slot, role master); 0 replicas" in text
         with TestClient(create_app(cluster_redis, Config(namespace=name, cluster=True))) as http:
             assert http.get("/dashboard/overview").json()["redis"]["node"] == owner
     finally:

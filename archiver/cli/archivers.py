@@ -24,12 +24,12 @@ def command(args: argparse.Namespace, config: Config) -> int:
 def format_archivers(found: list[ArchiverHealth], namespace: str) -> str:
     if not found:
         return f"no live archiver in namespace {namespace}"
-    lines = [f"{'consumer':<40} {'host':<20} {'pid':>7} {'up':>9} {'beat':>6} {'rate/s':>9} {'pending':>8}  state"]
+    lines = [f"{'consumer':<40} {'host':<20} {'pid':>7} {'up':>9} {'beat':>6} {'rate/s':>9} {'uncommitted':>11}  state"]
     for h in found:
         up = max(0.0, h.last_beat - h.started)
         lines.append(
             f"{h.consumer[:40]:<40} {h.host[:20]:<20} {h.pid:>7} {_human_s(up):>9} "
-            f"{time.strftime('%H:%M:%S', time.gmtime(h.last_beat)):>6} {h.rate:>9,.1f} {h.uncommitted:>8,}  "
+            f"{time.strftime('%H:%M:%S', time.gmtime(h.last_beat)):>6} {h.rate:>9,.1f} {h.uncommitted:>11,}  "
             + ("alive" if h.alive else "dead")
         )
     return "\n".join(lines)

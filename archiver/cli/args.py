@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--elk-namespace",
         metavar="NS",
         help="with --elk-prefix: the Go deployment's namespace (NewMgr's first argument), whose leader lock "
-        "a leader stands aside for and holds ($PARTARCHIVE_ELK_NAMESPACE)",
+        "a leader stands aside for and takes ($PARTARCHIVE_ELK_NAMESPACE)",
     )
 
     parser = _Parser(prog="partarchive", description="Redis partition archival system")
@@ -210,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     dead_purge.add_argument("--all", action="store_true")
     dead_purge.add_argument("--older-than", type=float, metavar="SECONDS")
 
-    archivers = sub.add_parser("archivers", parents=[common], help="live archivers: host, pid, rate, pending")
+    archivers = sub.add_parser("archivers", parents=[common], help="live archivers: host, pid, rate, uncommitted")
     archivers.add_argument("--all", action="store_true", help="archivers that stopped beating too")
     archivers.add_argument("--json", action="store_true")
 

@@ -44,7 +44,7 @@ def _parquet(args: argparse.Namespace, config: Config) -> int:
     if args.output is None or args.output == "-":
         raise CliError("export --format parquet writes a directory: give --output DIR")
     from archiver.parquet_export import ParquetExport
-    from codec.elk import as_archived
+    from codec.stored import as_archived
 
     out = ParquetExport(args.output)  # refused before anything is read when DIR holds files
     ns = open_namespace(config)

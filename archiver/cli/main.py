@@ -20,7 +20,7 @@ from archiver.config import Config
 from archiver.engine import client_for, redact_text
 from codec.errors import PartArchiveError
 from layers.keys import check_namespace
-from layers.plumbing.meta import is_wrong_type, wrong_type_error
+from layers.plumbing.key_types import is_wrong_type, wrong_type_error
 
 #: Each command's module in `archiver.cli`, imported when the command runs (``get`` never loads the web stack).
 COMMANDS = {

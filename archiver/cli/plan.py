@@ -3,7 +3,7 @@ with ``--first A --last B --size S``, a fixed plan for a job whose range is know
 
 A fixed plan is written as the leader writes its runs (`layers.active.planning`): the command takes the
 lease for the time of its calls (so it is refused, in one line, while a worker runtime leads the
-namespace, or elk_coordinator's leader holds its lock), creates what is not planned yet in calls of at
+namespace, or elk_coordinator's leader has taken its lock), creates what is not planned yet in calls of at
 most 100,000 partitions (`layers.active.planning.PLAN_CALL_PARTITIONS`), each atomic, and gives the
 lease back. Run twice, it creates nothing the second time; a range that would leave a hole, starts before
 the plan, or overlaps partitions planned in other sizes is refused before anything is written (exit 2).
@@ -43,7 +43,7 @@ def _fixed(args: argparse.Namespace, config: Config) -> int:
     if ns.keys.elk is not None and ns.keys.elk_namespace is None:
         raise CliError(
             "a plan in a namespace bound to elk_coordinator needs Go's namespace, NewMgr's first argument "
-            "(--elk-namespace or PARTARCHIVE_ELK_NAMESPACE), to stand aside while Go's leader holds its lock"
+            "(--elk-namespace or PARTARCHIVE_ELK_NAMESPACE), to stand aside while Go's leader has taken its lock"
         )
     planning = PlanningLayer(ns.active)
     first, last, size = args.first, args.last, args.size

@@ -100,7 +100,7 @@ def verify_stats(client: redis.Redis, config: Config, *, repair: bool, as_json: 
     lock = MaintenanceLock(client, config.keys, f"stats-repair-{socket.gethostname()}-{os.getpid()}")
     if repair and not lock.acquire():
         raise PartArchiveError(
-            f"the maintenance lock is held by {lock.holder_now()!r}; repair runs alone: try again when it is free"
+            f"the maintenance lock is taken by {lock.holder_now()!r}; repair runs alone: try again when it is free"
         )
     try:
         with progress_bar(desc="checking batches", unit="batch", disable=as_json, leave=False) as bar:

@@ -159,7 +159,7 @@ def format_status(report: dict[str, Any]) -> str:
         ("tier move backlog", _backlog(report["transition"])),
         ("retention (summary)", _retention(report["transition"])),
         ("cold store", _cold(ar["cold"])),
-        ("queue backlog", f"{q['backlog']} ({q['pending']} pending, oldest {q['oldest_pending_age_s']} s)"),
+        ("queue backlog", f"{q['backlog']} ({q['pending']} unacknowledged, oldest {q['oldest_pending_age_s']} s)"),
         ("queue lag", "-" if q["lag"] is None else q["lag"]),
         ("compression", _compression(report["pressure"])),
         ("archival", _archival(report["archival"])),

@@ -66,7 +66,7 @@ def _leader(args: argparse.Namespace, config: Config) -> tuple[Any, Any]:
     if config.elk_prefix is not None and config.elk_namespace is None:
         raise CliError(
             "a leader in a namespace bound to elk_coordinator needs Go's namespace, NewMgr's first argument "
-            "(--elk-namespace or PARTARCHIVE_ELK_NAMESPACE): it stands aside while Go's leader holds its lock"
+            "(--elk-namespace or PARTARCHIVE_ELK_NAMESPACE): it stands aside while Go's leader has taken its lock"
         )
     return load_planner(args.planner), leader
 

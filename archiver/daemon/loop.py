@@ -39,7 +39,7 @@ from layers import (
 )
 from layers.control.liveness import STALE_AFTER_S, ArchiverHealth
 from layers.errors import CorruptMetadata, SlotMoving, WrongKeyType
-from layers.plumbing.meta import find_wrong_type, typed_errors
+from layers.plumbing.key_types import find_wrong_type, typed_errors
 from layers.plumbing.resharding import MOVING_ERRORS
 from stats.index_check import IndexCheck
 

@@ -19,14 +19,15 @@ from typing import IO, Any
 import redis
 
 from codec import ArchivedPartition, DecodeError
-from codec.elk import ElkRecord, archived_as_elk, as_archived, parse_archived
+from codec.elk import ElkRecord, archived_as_elk
+from codec.stored import as_archived, parse_archived
 from layers import ArchiveLayer
-from layers.archive.cold import queue_map_reads
+from layers.archive.cold import add_map_reads
 from layers.archive.cold_store import ColdReads, name_of
 from layers.archive.places import batch_of
 from layers.errors import ColdFileDamaged, ColdStoreUnavailable
-from layers.plumbing.meta import stored_int
 from layers.plumbing.replies import as_text
+from layers.plumbing.settings import stored_int
 
 FORMATS = ("elk", "native", "parquet")
 _SCAN = 1000
@@ -123,7 +124,7 @@ class Exporter:
                 self.skipped.append(f"cold file {name_of(number)}: {exc}")
                 continue
             pipe = self.redis.pipeline(transaction=False)
-            parse = queue_map_reads(pipe, keys, sorted({batch_of(p, size) for p in rows.pids}))
+            parse = add_map_reads(pipe, keys, sorted({batch_of(p, size) for p in rows.pids}))
             owner = parse(pipe.execute())
             for part in rows.records():
                 if owner.get(batch_of(part.partition_id, size)) == number:

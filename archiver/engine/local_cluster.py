@@ -3,12 +3,12 @@
 Masters (and optionally one replica each) are ``valkey-server`` processes (the embedded
 engine's binary, or another ``redis-server``/``valkey-server`` given by path) on free
 loopback ports, with ``cluster-enabled yes``, nothing saved to disk and a short node timeout
-so a replica takes over about two seconds after its master dies. The slots are split evenly
+so a replica takes over about two seconds after its master dies. The hash slots are split evenly
 over the masters with ``CLUSTER ADDSLOTSRANGE``, the nodes meet with ``CLUSTER MEET`` and
 replicas attach with ``CLUSTER REPLICATE``; `start` returns when every node reports
 ``cluster_state:ok`` and sees every other node.
 
-`add_master` starts one more, empty master and `move_slot` moves a slot to it live, key by key,
+`add_master` starts one more, empty master and `move_slot` moves a hash slot to it live, key by key,
 the way ``redis-cli --cluster reshard`` does (IMPORTING/MIGRATING, ``MIGRATE ... KEYS``, ``NODE``).
 """
 
@@ -220,8 +220,8 @@ class LocalCluster:
         raise EngineError(f"no live node serves slot {slot}")
 
     def add_master(self, timeout_s: float = 30.0) -> Node:
-        """Start one more master, serving no slot, and return once every node knows it and says
-        ``cluster_state:ok`` (a node that has not learnt the slot table yet refuses with CLUSTERDOWN)."""
+        """Start one more master, serving no hash slot, and return once every node knows it and says
+        ``cluster_state:ok`` (a node that has not learnt the hash slot table yet refuses with CLUSTERDOWN)."""
         deadline = time.monotonic() + timeout_s
         (port,) = _free_ports(1)
         node = Node(port, self._spawn(port))

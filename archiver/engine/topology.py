@@ -2,7 +2,7 @@
 ``partarchive status`` and the dashboard.
 
 - Sentinel: the primary the client follows now (the address its pool last had from the sentinels);
-- Redis Cluster: the master of the slot of the namespace's (hash-tagged) active key, which holds
+- Redis Cluster: the master of the hash slot of the namespace's (hash-tagged) active key, which holds
   all of the namespace's control keys;
 - one server: the server the client was given.
 
@@ -74,7 +74,7 @@ def _address(host: str, port: object) -> str:
 def describe_node(node: dict[str, Any]) -> str:
     """One line: ``127.0.0.1:6380 (Sentinel primary of 'x'); 1 replica, 1 in step (rule)``."""
     what = {"sentinel": f"Sentinel primary of {node.get('master_name')!r}", "cluster": "cluster master of the "
-            "namespace's slot", "single": "single server"}.get(node["mode"], node["mode"])  # fmt: skip
+            "namespace's hash slot", "single": "single server"}.get(node["mode"], node["mode"])  # fmt: skip
     count = node["replicas"]
     replicas = f"{count} replica{'' if count == 1 else 's'}"
     if count:

@@ -31,7 +31,7 @@ class CircuitBreaker:
             self._in_a_row += 1
             if not self.failures or not (self._in_a_row >= self.failures or self._half_open):
                 return False
-            if self._clock() < self._open_until:  # open already: slots finishing what they held
+            if self._clock() < self._open_until:  # open already: slots finishing what they had in hand
                 return False
             self._open_until = self._clock() + self.cooldown_s
             self._half_open = True

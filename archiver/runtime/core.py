@@ -2,16 +2,16 @@
 threads, `archiver.runtime.worker_async.AsyncWorker` on asyncio tasks) as generators of steps
 (`layers.plumbing.steps`), which the flavour drives blocking or awaited, as the SDK's are.
 
-A runtime process holds up to ``window`` partitions, one per *slot*. A slot claims and starts a
+A runtime process has up to ``window`` partitions in hand, one per *window slot*. A slot claims and starts a
 partition (one call), runs the user's `process(partition, lease)` on it (a `Call` step: the function
 itself on a thread, a task awaited on asyncio), and finishes it: completed, or failed with its error's
 first line and the retry policy, in the same call that claims and starts its next partition
 (`ActiveLayer.complete_and_claim`): one round trip a partition. Beside the slots, the process's
-*duties* run by the clock: today its beat (every lease it holds renewed in one call, its presence
+*duties* run by the clock: today its beat (every lease in hand renewed in one call, its presence
 entry refreshed, failed partitions whose back-off is over sent back to pending); a leader task can be
 one more duty (`Duty`).
 
-Stopping: `stop` ends claims; slots finish what they hold (completing it, claiming nothing); after
+Stopping: `stop` ends claims; slots finish what they have in hand (completing it, claiming nothing); after
 the drain timeout, or at once on `stop(now=True)`, `hand_back` gives what is still in hand back to
 pending in one call and marks those leases lost, so whatever `process` does with them afterwards,
 this worker completes none of them.
@@ -312,7 +312,7 @@ class RuntimeCore:
             self._count_lost(lease, lost)
 
     def lose(self, lease: Lease, reason: str) -> None:
-        """A lease found lost while `process` holds it: told to `process`, never completed here."""
+        """A lease found lost while `process` works on it: told to `process`, never completed here."""
         with self._lock:
             if lease.lost or lease._finishing or self._hand.get(lease.partition_id) is not lease:
                 return

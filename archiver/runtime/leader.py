@@ -1,8 +1,8 @@
 """The leader of a namespace, as a duty of the worker runtime (`archiver.runtime.core.Duty`): any runtime
 process given a planner may lead, one at a time, as elk_coordinator's ``LeaderManager`` does.
 
-Every few seconds (a third of the lease) each such process asks for the lease or renews the one it holds
-(`layers.active.planning`); the one that holds it, every ``interval_s``:
+Every few seconds (a third of the lease) each such process asks for the lease or renews the one it has
+(`layers.active.planning`); the one that has it, every ``interval_s``:
 
 1. keeps ``multiple`` times the live workers' windows pending ahead, no more (the windows from the
    workers' presence entries; in a namespace bound to a Go deployment Go's live workers count too, each
@@ -98,10 +98,10 @@ class LeaderDuty:
         if self.go_workers is not None and sdk.keys.elk_namespace is None:
             raise ValidationError(
                 "a leader in a namespace bound to elk_coordinator needs Go's namespace (NewMgr's first argument, "
-                "--elk-namespace), so that it stands aside while Go's leader holds its lock"
+                "--elk-namespace), so that it stands aside while Go's leader has taken its lock"
             )
         self.namespace = sdk.keys.namespace
-        self.token = 0  # of the lease this process holds (0: none)
+        self.token = 0  # of the lease this process has (0: none)
         self.leader = ""  # who leads, as last seen ('' unknown)
         self._renewed = 0.0  # monotonic: when the lease was last taken or renewed
         self._next_plan = 0.0
@@ -176,7 +176,7 @@ class LeaderDuty:
         if self.leads:
             self._stand_down("another leads", f"{got.holder} (token {got.token})" if not got.go else got.holder)
         elif got.go and self.leader != got.holder:
-            log.info("leader: stands aside while elk_coordinator's leader holds its lock", namespace=self.namespace,
+            log.info("leader: stands aside while elk_coordinator's leader has taken its lock", namespace=self.namespace,
                      go_leader=got.holder)  # fmt: skip
         self.leader = got.holder
 

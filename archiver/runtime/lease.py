@@ -17,7 +17,7 @@ class LeaseLost(Exception):
 
 
 class Lease:
-    """The hold of one worker on one partition while `process` works on it.
+    """The lease of one worker on one partition while `process` works on it.
 
     ``lost`` turns true, and ``lost_event`` is set, when the runtime finds the lease gone: another
     worker took the partition over (this worker's heartbeats did not reach Redis for a lease's time),

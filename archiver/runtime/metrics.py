@@ -2,7 +2,7 @@
 ``partarchive worker --metrics-port``; with ``--processes N`` the supervisor adds up its children's).
 
 Counters add up across processes (``sum by (namespace)``); ``partarchive_runtime_in_hand`` is the
-partitions a process holds now (in a supervisor's group: the children's, added up)."""
+partitions a process has in hand now (in a supervisor's group: the children's, added up)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ BREAKER_TRIPS = Counter(
     "partarchive_runtime_breaker_trips", "Times the circuit breaker stopped claims for a cool-down.", NS
 )
 IN_HAND = Gauge(
-    "partarchive_runtime_in_hand", "Partitions the worker process holds, as its last beat counted them.", NS,
+    "partarchive_runtime_in_hand", "Partitions the worker process has in hand, as its last beat counted them.", NS,
     multiprocess_mode="livesum",
 )
 LEADER = Gauge(

@@ -50,7 +50,7 @@ class Worker(RuntimeProcess):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._wake = threading.Event()  # idle slots: the worker stops, or found the namespace empty
-        self._hard = threading.Event()  # slots riding out errors on a finish: what they hold was handed back
+        self._hard = threading.Event()  # slots riding out errors on a finish: what they had in hand was handed back
         self._tick = threading.Event()  # the main thread: something changed
         self._slots: list[threading.Thread] = []
 

@@ -36,7 +36,7 @@ from archiver.web.errors import ErrorResponses, error_response
 from archiver.web.lookup import LookupPathApp, LoopRouters, PartitionLookupPath, answering_lookups_first, lookup_body
 from archiver.web.overview import NamespaceList, collect_overview
 from layers import MAX_PARTITION_ID, WrongKeyType
-from layers.plumbing.meta import wrong_type_error_steps
+from layers.plumbing.key_types import wrong_type_error_steps
 from layers.plumbing.steps import AsyncClient, AsyncIO
 from stats.search import ACTIVE_STATUSES, Filters, Search
 

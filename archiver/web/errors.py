@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from codec import PartArchiveError, ValidationError
 from layers import WrongKeyType
 from layers.errors import ColdStoreUnavailable
-from layers.plumbing.meta import is_wrong_type
+from layers.plumbing.key_types import is_wrong_type
 
 log = structlog.get_logger("partarchive.api")
 

@@ -51,8 +51,9 @@ from typing import Any
 import redis
 
 from codec import ACTIVE_STATUSES, ArchivedPartition, DecodeError, PartArchiveError, PartitionInfo, ValidationError
-from codec.elk import decode_elk, parse_active
+from codec.elk import decode_elk
 from codec.gojson import GoTime, go_string
+from codec.stored import parse_active
 from codec.validate import (
     MAX_ERROR_BYTES,
     check_int,

@@ -59,7 +59,7 @@ class LatencyBuffer:
             self._sum_us += round(seconds * 1_000_000)
 
     def take(self) -> tuple[dict[int, int], int]:
-        """The pending observations (counts per bucket, summed microseconds), forgotten here;
+        """The observations not handed to Redis yet (counts per bucket, summed microseconds), forgotten here;
         `give_back` restores them when the call that carried them did not complete."""
         with self._lock:
             taken = self._counts, self._sum_us

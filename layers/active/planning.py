@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from codec import DecodeError, ValidationError
-from codec.elk import parse_active
+from codec.stored import parse_active
 from codec.validate import MAX_INT64, MAX_PARTITION_ID, MIN_INT64, check_int, check_worker_id
 from layers.active.leader import MAX_PARTITIONS_PER_CALL, creation_refused, options_text
 from layers.errors import CorruptMetadata, NotLeader, PlanChanged
@@ -483,7 +483,7 @@ class LeaderView:
 
 
 def leader_reads(pipe: Any, keys: KeySchema) -> None:
-    """Queue the reads of a `LeaderView` on a pipeline (or `Batch`); `leader_view_from` reads their replies
+    """Add the reads of a `LeaderView` to a pipeline (or `Batch`); `leader_view_from` reads their replies
     (`LEADER_READS` of them)."""
     pipe.hgetall(keys.leader_lock)
     pipe.pttl(keys.leader_lock)

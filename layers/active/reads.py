@@ -9,10 +9,10 @@ from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from codec import ACTIVE_STATUSES, DecodeError, PartitionInfo, ValidationError
-from codec.elk import parse_active
+from codec.stored import parse_active
 from codec.validate import check_int, check_partition_id
 from layers.keys import KeySchema
-from layers.plumbing.meta import typed_steps
+from layers.plumbing.key_types import typed_steps
 from layers.plumbing.roundtrip import Part, RoundTrip
 from layers.plumbing.steps import Steps, one
 

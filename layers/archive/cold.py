@@ -21,7 +21,7 @@ Configured with ``run --cold-store PATH|URL`` (`layers.archive.cold_store`), the
 A kill -9 anywhere loses nothing (Redis keeps a batch until its file is durable and recorded) and
 records nothing twice (a batch's entry names one file; a file written and not recorded is an
 orphan, deleted by the next step, as are temporary files and retired files once no reader can be
-on its way to them). A cold store that cannot be written holds the batches in Redis, noted in the
+on its way to them). A cold store that cannot be written keeps the batches in Redis, noted in the
 archive meta (``cold_error``, shown by ``status``), and is tried again after a backoff.
 
 Readers (the query router, ``find``, ``export``) find a batch's file with one GETRANGE of the cold
@@ -73,8 +73,8 @@ _BACKOFF_S = (5.0, 30.0, 120.0, 600.0)
 COLD_FIELDS = ("cold_store", "cold_bytes", "cold_partitions", "cold_written_at", "cold_error", "cold_last")
 
 
-def queue_map_reads(pipe: Any, keys: KeySchema, numbers: Sequence[int]) -> Any:
-    """Queue on ``pipe`` the reads of these batches' cold map entries (a GETRANGE per run of up to
+def add_map_reads(pipe: Any, keys: KeySchema, numbers: Sequence[int]) -> Any:
+    """Add to ``pipe`` the reads of these batches' cold map entries (a GETRANGE per run of up to
     `MAP_SPAN` batch numbers); the function returned takes the replies, in order, and gives batch
     -> file number (0: none) for each."""
     wanted = sorted(set(numbers))
@@ -201,7 +201,7 @@ class ColdTier:
         for start in range(0, len(numbers), 256):
             chunk = numbers[start : start + 256]
             trip = RoundTrip.on(archive.redis)
-            parse_map = queue_map_reads(trip.commands, self.keys, chunk)
+            parse_map = add_map_reads(trip.commands, self.keys, chunk)
             shelves = archive.shelves.add_reads(trip, chunk)
             replies = trip.commands.execute()
             trip.hand(replies)
@@ -238,14 +238,14 @@ class ColdTier:
         for number, group in sorted(by_file.items()):
             lo, hi = group[0].number * size, (group[-1].number + 1) * size - 1
             try:
-                held = self.store.rows_between(name_of(number), lo, hi).records()
+                filed = self.store.rows_between(name_of(number), lo, hi).records()
             except ColdFileDamaged as exc:
                 # the batch's earlier rows cannot be read: it stays in Redis until they can, named in status
                 self.archive.redis.hset(self.keys.archive_meta, "cold_error", str(exc)[:500])
                 _log().warning("a cold file cannot be read; its batches stay in Redis", error=str(exc))
                 continue
             cold: dict[int, dict[int, ArchivedPartition]] = defaultdict(dict)
-            for p in held:
+            for p in filed:
                 cold[batch_of(p.partition_id, size)][p.partition_id] = p
             for b in group:
                 mine = cold.get(b.number, {})
@@ -291,7 +291,7 @@ class ColdTier:
             try:
                 table = self.store.rows_between(record["name"], record["first_pid"], record["last_pid"])
                 pipe = r.pipeline(transaction=False)
-                parse = queue_map_reads(pipe, keys, sorted({batch_of(p, size) for p in table.pids}))
+                parse = add_map_reads(pipe, keys, sorted({batch_of(p, size) for p in table.pids}))
                 files = parse(pipe.execute())
             except ColdFileDamaged as exc:
                 _log().warning("the last cold file cannot be read: a new file is started", error=str(exc))

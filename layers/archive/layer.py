@@ -27,18 +27,19 @@ from typing import Any, Protocol
 import redis
 
 from codec import ArchivedPartition, ValidationError
-from codec.elk import ElkRecord, as_archived
+from codec.elk import ElkRecord
 from codec.page import Columns
+from codec.stored import as_archived
 from layers.archive.places import batch_of, bit_set, byte_of
 from layers.archive.sealing import BatchSealing, SealReads
 from layers.archive.shelves import ShelfStore
-from layers.archive.tiers import Tier, TierPolicy
+from layers.archive.tiers import Tier, TierPolicy, read_tier, stored_tier
 from layers.archive.workers import WorkerRegistrar
 from layers.keys import KeySchema
-from layers.plumbing.meta import StoredBatchSize, read_tier, stored_int, stored_tier
 from layers.plumbing.replies import as_text
 from layers.plumbing.roundtrip import RoundTrip, raised
 from layers.plumbing.scripts import Scripts
+from layers.plumbing.settings import StoredBatchSize, stored_int
 
 
 class ColdSweep(Protocol):

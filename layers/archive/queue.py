@@ -15,7 +15,7 @@ import redis
 
 from layers.archive.dead_letters import DeadLetters
 from layers.keys import ARCHIVER_GROUP, KeySchema
-from layers.plumbing.meta import is_wrong_type, wrong_type_error
+from layers.plumbing.key_types import is_wrong_type, wrong_type_error
 from layers.plumbing.replies import as_text
 from layers.plumbing.scripts import Scripts
 

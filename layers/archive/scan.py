@@ -25,7 +25,7 @@ import redis
 
 from codec.errors import DecodeError
 from codec.framing import SHELF_SLOTS, shelf_slot, unpack_shelf, unshelved
-from layers.archive.cold import queue_map_reads
+from layers.archive.cold import add_map_reads
 from layers.archive.places import bit_set, byte_of, shelf_of
 from layers.keys import KeySchema
 
@@ -35,11 +35,11 @@ MAX_REPLY_BYTES = 128 * 1024
 PACE_SHARE = 0.5
 #: ... once they have taken this much (a page's first reads, before it has anything to decode, go at once).
 PACE_AFTER_S = 0.01
-#: A command queued on a pipeline (one call of one of its methods).
-Queue = Callable[[Any], object]
+#: A command added to a pipeline (one call of one of its methods).
+Command = Callable[[Any], object]
 
 
-def command(method: str, *args: Any, **options: Any) -> Queue:
+def command(method: str, *args: Any, **options: Any) -> Command:
     """The queuing of one command: ``command("hget", key, field)``."""
     return lambda pipe: getattr(pipe, method)(*args, **options)
 
@@ -56,10 +56,10 @@ class ReadPacer:
         self.longest_s = 0.0
         self.calls = 0
 
-    def send(self, *queue: Queue) -> list[Any]:
+    def send(self, *commands: Command) -> list[Any]:
         """One round trip of these commands (`command`); their replies (errors raised)."""
         pipe = self.redis.pipeline(transaction=False)
-        for one in queue:
+        for one in commands:
             one(pipe)
         if not len(pipe):
             return []
@@ -74,7 +74,7 @@ class ReadPacer:
         self.calls += 1
         return list(replies)
 
-    def each(self, commands: Sequence[Queue], sizes: Sequence[int] | None = None) -> list[Any]:
+    def each(self, commands: Sequence[Command], sizes: Sequence[int] | None = None) -> list[Any]:
         """Send ``commands`` (one queuing function each, one command each) in as few bounded round
         trips as `MAX_COMMANDS` and `MAX_REPLY_BYTES` (``sizes``: each reply's expected bytes) allow;
         their replies in order."""
@@ -192,16 +192,16 @@ class ArchiveScan:
         summary = state.tier == "summary"
         parse_map = None
 
-        def queue(pipe: Any) -> None:
+        def add(pipe: Any) -> None:
             nonlocal parse_map
             pipe.getrange(k.index, byte_of(first), byte_of(last))
             if summary:
                 pipe.zmscore(k.expiry, [str(b) for b in numbers])
                 pipe.getrange(k.expired_batches, byte_of(first_batch), byte_of(last_batch))
             if state.cold_store is not None:
-                parse_map = queue_map_reads(pipe, k, numbers)
+                parse_map = add_map_reads(pipe, k, numbers)
 
-        replies = self.pacer.send(queue)
+        replies = self.pacer.send(add)
         index = bytes(replies[0] or b"")
         expiry: dict[int, float] = {}
         expired: set[int] = set()
@@ -220,7 +220,7 @@ class ArchiveScan:
         k = self.keys
         shelves = sorted({shelf_of(b) for b in batches})
         sizes = self.pacer.each([command("strlen", k.shelf(s)) for s in shelves])
-        commands: list[Queue] = []
+        commands: list[Command] = []
         expected: list[int] = []
         parts: list[tuple[int, int]] = []  # (shelf, slice start) per command
         for s, length in zip(shelves, sizes, strict=True):

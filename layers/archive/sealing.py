@@ -23,12 +23,11 @@ import redis
 from redis.exceptions import NoScriptError
 
 from codec import ArchivedPartition, DecodeError, decode_blob, encode_blob
-from codec.elk import as_archived, parse_archived
+from codec.stored import as_archived, parse_archived
 from layers.archive.shelves import ShelfStore, SlotWrite, StoredBatch
-from layers.archive.tiers import Tier, TierPolicy
+from layers.archive.tiers import Tier, TierPolicy, read_tier
 from layers.archive.workers import WorkerRegistrar
 from layers.keys import KeySchema
-from layers.plumbing.meta import read_tier
 from layers.plumbing.replies import as_text, script_error
 from layers.plumbing.roundtrip import Part, RoundTrip, raised
 from layers.plumbing.scripts import Scripts

@@ -1,12 +1,19 @@
-"""Storage tiers of the archive and the policy that picks one from the completed total."""
+"""Storage tiers of the archive, the policy that picks one from the completed total, and the stored tier read."""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
+
+import redis
 
 from codec.errors import ValidationError
 from layers.archive.places import batch_of
+from layers.errors import CorruptMetadata
+from layers.keys import KeySchema
+from layers.plumbing.replies import as_text
+from layers.plumbing.settings import stored_int
 
 
 class Tier(enum.StrEnum):
@@ -60,3 +67,22 @@ class TierPolicy:
     def capacity(self, batch_no: int) -> int:
         """How many partitions batch ``batch_no`` holds when full (batch 0 has no pid 0)."""
         return self.batch_size - 1 if batch_no == 0 else self.batch_size
+
+
+def stored_tier(key: str, raw: Any) -> Tier:
+    if raw is None:
+        return Tier.SIMPLE
+    text = as_text(raw)
+    try:
+        return Tier(text)
+    except ValueError:
+        names = ", ".join(t.value for t in Tier)
+        raise CorruptMetadata(f"{key} field tier is {text[:40]!r}, not one of {names}") from None
+
+
+def read_tier(client: redis.Redis, keys: KeySchema, policy: TierPolicy) -> Tier:
+    """The tier in force: the stored one (it only moves up), or the policy's for the stored total
+    if that is higher."""
+    key = keys.archive_meta
+    raw: Any = client.hmget(key, ["tier", "total"])
+    return policy.tier_after(stored_tier(key, raw[0]), stored_int(key, "total", raw[1], default=0))

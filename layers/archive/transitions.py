@@ -26,14 +26,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from codec import ArchivedPartition, DecodeError, blob_record_count
-from codec.elk import as_archived, parse_archived
+from codec.stored import as_archived, parse_archived
 from layers.archive.layer import ArchiveLayer
 from layers.archive.shelves import SlotWrite, StoredBatch
 from layers.archive.tiers import Tier, TierPolicy
 from layers.keys import KeySchema
-from layers.plumbing.meta import stored_float, stored_int
 from layers.plumbing.replies import as_text
 from layers.plumbing.scripts import Scripts
+from layers.plumbing.settings import stored_float, stored_int
 
 _STRAGGLER_HKEYS_LIMIT = 100_000
 _EXPIRY_INDEX_STEP = 200

@@ -2,12 +2,12 @@
 
 Each archiver beats every few seconds into one hash of its namespace (one key, so it works on
 Redis Cluster and needs no SCAN): its process id, host, start time, last beat, archive rate and
-the entries it holds. Times come from the server's ``TIME``, so clocks of the hosts do not
+its unacknowledged entries. Times come from the server's ``TIME``, so clocks of the hosts do not
 matter. An entry not beaten for ``stale_after_s`` is a dead archiver's: it is shown as such and
 dropped later. A consumer of the queue's group is deleted (``XGROUP DELCONSUMER``) only when
-its archiver is not alive, its entries have all been claimed by others (pending 0) and it has
-been idle for longer than the claim time: deleting a consumer drops its pending entries, so a
-consumer still holding one is never deleted, and the last two are checked in the script that
+its archiver is not alive, its entries have all been claimed by others (none unacknowledged) and it has
+been idle for longer than the claim time: deleting a consumer drops its unacknowledged entries, so a
+consumer with one is never deleted, and the last two are checked in the script that
 deletes it.
 """
 
@@ -87,10 +87,10 @@ class Liveness:
         return int(self.redis.hdel(self.keys.archivers, *gone)) if gone else 0  # type: ignore[arg-type]
 
     def remove_dead_consumers(self, claim_idle_ms: int) -> list[str]:
-        """Delete the group's consumers that hold nothing, were idle past ``claim_idle_ms`` and
+        """Delete the group's consumers with no unacknowledged entry, were idle past ``claim_idle_ms`` and
         whose archiver is not alive. Returns their names.
 
-        The candidates are read here; whether each still holds nothing and is still idle is
+        The candidates are read here; whether each still has none and is still idle is
         checked again in the script that deletes it (`del_idle_consumers.lua`): an archiver
         judged dead that wakes and reads in between would otherwise lose what it read."""
         try:

@@ -27,7 +27,7 @@ class MaintenanceLock:
         self._scripts = Scripts.of(client)
 
     def acquire(self) -> bool:
-        """Take the lock, or renew it if this holder has it already; False if another holds it."""
+        """Take the lock, or renew it if this holder has it already; False if another has taken it."""
         if self.redis.set(self.key, self.holder, nx=True, px=self.ttl_ms):
             return True
         return self.renew()

@@ -11,7 +11,7 @@ record, so Go's readers see it), its pid in `KeySchema.archival_held`, nothing q
 wins over the share while it is set; resuming goes back to the share set before (100 unless a
 rollout set another). Resuming, or raising the share, sends the held partitions that now fall in
 it through the archive queue (`release_held.lua`, the normal exactly-once path); lowering it
-changes only later completions. The archiver holding the maintenance lock also sends any left
+changes only later completions. The archiver that has taken the maintenance lock also sends any left
 over (a resume or a rollout that was interrupted).
 """
 

@@ -2,7 +2,7 @@
 -- the tier up when the total crosses a threshold, apply their statistics, write their detail
 -- when it travels with the commit, and acknowledge + delete their queue entries, all in one
 -- step (the entries are trimmed off the queue's head when they are all before the oldest
--- pending one, deleted one by one otherwise). If any counted partition already has its index bit (a redelivered entry), nothing is
+-- unacknowledged one, deleted one by one otherwise). If any counted partition already has its index bit (a redelivered entry), nothing is
 -- written and the duplicates are returned, so the caller can rebuild the statistics without
 -- them and move them to the ack-only list. The caller's side of this contract is
 -- layers/archive/commit.py. This runs for every archived partition, so the caller does the per-partition
@@ -127,7 +127,7 @@ local function stream_id(id)
 end
 
 -- Acknowledge the entries (`newest`: the newest of them) and take them out of the queue. The
--- group reads the queue from its start, in order, so every entry before its oldest pending one is
+-- group reads the queue from its start, in order, so every entry before its oldest unacknowledged one is
 -- acknowledged: when all of ours lie before it (the usual case: the next page is read before this
 -- commit runs), one XTRIM MINID drops them with the rest of that run, whole stream nodes at a
 -- time, instead of an XDEL of each; otherwise (nothing left pending, or an older page pending

@@ -1,6 +1,6 @@
--- Delete consumers of a stream's group that hold no entry and were idle long enough, checked and
+-- Delete consumers of a stream's group with no unacknowledged entry that were idle long enough, checked and
 -- deleted in one step: a consumer that reads between a check and its deletion would lose the
--- entries it read from the pending list (XGROUP DELCONSUMER drops them), never to be delivered
+-- unacknowledged entries it read (XGROUP DELCONSUMER drops them), never to be delivered
 -- again. Inside the script nobody reads in between; a consumer that reads afterwards is created
 -- again by its read.
 -- KEYS[1] stream
