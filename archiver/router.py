@@ -43,8 +43,9 @@ from layers.keys import is_cluster_client
 from layers.plumbing.key_types import typed_steps
 from layers.plumbing.replies import as_text
 from layers.plumbing.roundtrip import RoundTrip
+from layers.plumbing.runners import AsyncClient, AsyncIO, Awaited, Blocking, SyncIO, operation
 from layers.plumbing.settings import StoredBatchSize
-from layers.plumbing.steps import AsyncClient, AsyncIO, Awaited, Batch, Blocking, Call, Script, Steps, SyncIO, operation
+from layers.plumbing.steps import Batch, Call, Script, Steps
 from stats.reader import RangeSummaries
 
 

@@ -14,8 +14,9 @@ from layers.archive.tiers import stored_tier
 from layers.plumbing.key_types import is_wrong_type, wrong_type_error
 from layers.plumbing.replies import as_text
 from layers.plumbing.roundtrip import RoundTrip
+from layers.plumbing.runners import SyncIO
 from layers.plumbing.settings import stored_int
-from layers.plumbing.steps import Batch, Steps, SyncIO, one
+from layers.plumbing.steps import Batch, Steps, one
 from stats.compaction import COARSE, coarse_of, merge_fields
 from stats.fields import KINDS, by_worker_id, per_worker, worker_ids
 from stats.rollup import DEFAULT_RANGE_WIDTH

@@ -13,8 +13,8 @@ import redis
 
 from archiver.engine import async_twin
 from layers import ActiveLayer, AsyncActiveLayer
-from layers.plumbing.drive import Send
 from layers.plumbing.scripts import AsyncKeptConnection, KeptConnection
+from layers.plumbing.steps import Send
 
 
 def test_tasks_calls_go_together_on_one_connection(real_redis: redis.Redis, namespace: str) -> None:

@@ -24,10 +24,11 @@ from codec.errors import PartArchiveError
 from layers import ActiveLayer, ArchiveQueue, Completion, KeySchema
 from layers.active.sdk_async import AsyncActiveLayer
 from layers.errors import SlotMoving
-from layers.plumbing import drive, resharding
+from layers.plumbing import resharding, steps
 from layers.plumbing.resharding import ride_out, run_transaction
+from layers.plumbing.runners import AsyncIO, SyncIO
 from layers.plumbing.scripts import AsyncScripts, Scripts
-from layers.plumbing.steps import AsyncIO, Batch, Steps, SyncIO
+from layers.plumbing.steps import Batch, Steps
 from tests.conftest import cluster_server
 from tests.helpers import RETRIES, complete_partitions, refusals, retries, wait_for
 
@@ -138,11 +139,11 @@ class FakeTime:
 
 @pytest.fixture
 def fake_time(monkeypatch: pytest.MonkeyPatch) -> FakeTime:
-    """`ride_out`'s clock, and the sleeps of both drivers (`layers.plumbing.drive`)."""
+    """`ride_out`'s clock, and the sleeps of both drivers (`layers.plumbing.steps`)."""
     clock = FakeTime()
     monkeypatch.setattr(resharding, "time", clock)
-    monkeypatch.setattr(drive, "time", clock)
-    monkeypatch.setattr(drive, "asyncio", SimpleNamespace(sleep=clock.asleep))
+    monkeypatch.setattr(steps, "time", clock)
+    monkeypatch.setattr(steps, "asyncio", SimpleNamespace(sleep=clock.asleep))
     return clock
 
 

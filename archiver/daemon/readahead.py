@@ -25,8 +25,8 @@ import redis
 
 from layers.archive.queue import page_columns
 from layers.keys import ARCHIVER_GROUP, KeySchema
-from layers.plumbing.drive import Send
 from layers.plumbing.scripts import KeptConnection, Scripts
+from layers.plumbing.steps import Send
 
 #: A script call: its name, keys and arguments.
 ScriptCall = tuple[str, list[str], list[Any]]

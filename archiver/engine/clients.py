@@ -11,7 +11,7 @@ from redis.sentinel import SentinelConnectionPool
 from archiver.config import DEFAULT_POOL_CONNECTIONS, DEFAULT_REDIS_URL, Config
 from archiver.engine.connect import accepted, async_connect, connect, server_twin
 from archiver.engine.sentinel import async_master_client, async_sentinel_client, connect_sentinel
-from layers.plumbing.steps import AsyncClient
+from layers.plumbing.runners import AsyncClient
 
 
 def async_twin(client: redis.Redis, pool_connections: int = DEFAULT_POOL_CONNECTIONS) -> AsyncClient:

@@ -24,7 +24,7 @@ from archiver.config import DEFAULT_POOL_CONNECTIONS
 from codec.errors import PartArchiveError
 from codec.redact import redact_url
 from layers.plumbing.resharding import follow_ask_to_new_masters
-from layers.plumbing.steps import AsyncClient
+from layers.plumbing.runners import AsyncClient
 
 
 class EngineError(PartArchiveError):

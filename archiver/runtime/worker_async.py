@@ -32,7 +32,7 @@ from archiver.runtime.core import RunReport, RuntimeCore
 from archiver.runtime.lease import Lease, LeaseLost
 from codec import PartitionInfo
 from layers.active.sdk_async import AsyncActiveLayer
-from layers.plumbing.steps import AsyncIO
+from layers.plumbing.runners import AsyncIO
 
 log = structlog.get_logger("partarchive.worker")
 

@@ -37,7 +37,7 @@ from archiver.web.lookup import LookupPathApp, LoopRouters, PartitionLookupPath,
 from archiver.web.overview import NamespaceList, collect_overview
 from layers import MAX_PARTITION_ID, WrongKeyType
 from layers.plumbing.key_types import wrong_type_error_steps
-from layers.plumbing.steps import AsyncClient, AsyncIO
+from layers.plumbing.runners import AsyncClient, AsyncIO
 from stats.search import ACTIVE_STATUSES, Filters, Search
 
 MAX_API_ID = 2**53

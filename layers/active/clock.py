@@ -14,7 +14,8 @@ from collections.abc import Awaitable, Callable
 
 import redis
 
-from layers.plumbing.steps import AsyncClient, AsyncIO, Steps, SyncIO, one
+from layers.plumbing.runners import AsyncClient, AsyncIO, SyncIO
+from layers.plumbing.steps import Steps, one
 
 RESYNC_S = 60.0
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from layers.active.core import ActiveCore
 from layers.active.leader import ActiveLeader
 from layers.active.reads import ActiveReads
-from layers.plumbing.steps import operation
+from layers.plumbing.runners import operation
 
 
 class ActiveOperations(ActiveCore):

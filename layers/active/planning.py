@@ -45,7 +45,8 @@ from layers.active.leader import MAX_PARTITIONS_PER_CALL, creation_refused, opti
 from layers.errors import CorruptMetadata, NotLeader, PlanChanged
 from layers.keys import KeySchema
 from layers.plumbing.replies import as_text, script_error
-from layers.plumbing.steps import Awaited, Batch, Blocking, Steps, one, operation
+from layers.plumbing.runners import Awaited, Blocking, operation
+from layers.plumbing.steps import Batch, Steps, one
 
 #: Partition ids the check reads in one round trip, and at most in one call.
 CHECK_PAGE = 1000

@@ -15,7 +15,7 @@ from layers.active.core import RECORD_FORMATS, Completion
 from layers.active.leader import MAX_PARTITIONS_PER_CALL
 from layers.active.operations import ActiveOperations
 from layers.keys import KeySchema
-from layers.plumbing.steps import Blocking, SyncIO
+from layers.plumbing.runners import Blocking, SyncIO
 
 __all__ = ["MAX_PARTITIONS_PER_CALL", "RECORD_FORMATS", "ActiveLayer", "Completion", "check_partition_id"]
 

@@ -12,7 +12,7 @@ from layers.active.clock import AsyncServerClock
 from layers.active.core import Clock
 from layers.active.operations import ActiveOperations
 from layers.keys import KeySchema
-from layers.plumbing.steps import AsyncClient, AsyncIO, Awaited
+from layers.plumbing.runners import AsyncClient, AsyncIO, Awaited
 
 
 class AsyncActiveLayer(ActiveOperations, Awaited):

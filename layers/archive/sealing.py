@@ -30,8 +30,8 @@ from layers.archive.workers import WorkerRegistrar
 from layers.keys import KeySchema
 from layers.plumbing.replies import as_text, script_error
 from layers.plumbing.roundtrip import Part, RoundTrip, raised
+from layers.plumbing.runners import SyncIO
 from layers.plumbing.scripts import Scripts
-from layers.plumbing.steps import SyncIO
 
 _SEAL_RETRIES = 20
 #: How long (us) a process's last counted group is remembered for a bookkeeping sent again (a week).

@@ -13,8 +13,9 @@ from codec.validate import check_worker_id
 from layers.keys import KeySchema
 from layers.plumbing.replies import as_text
 from layers.plumbing.roundtrip import Part, RoundTrip, raised
+from layers.plumbing.runners import SyncIO
 from layers.plumbing.scripts import Scripts
-from layers.plumbing.steps import Batch, Steps, SyncIO
+from layers.plumbing.steps import Batch, Steps
 
 
 class RegistryReader:

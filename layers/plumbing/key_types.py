@@ -11,7 +11,8 @@ import redis
 from layers.errors import WrongKeyType
 from layers.keys import KeySchema
 from layers.plumbing.replies import as_text
-from layers.plumbing.steps import Batch, Steps, SyncIO
+from layers.plumbing.runners import SyncIO
+from layers.plumbing.steps import Batch, Steps
 
 T = TypeVar("T")
 

@@ -32,7 +32,7 @@ master included.
 So: `follow_ask_to_new_masters` lets a client of either flavour follow ASK to a master it has not
 met; `riding_out` sends a call refused because its slot is moving again, with exponential backoff
 and jitter (`RideOut`), for up to `BUDGET_S`, then raises `SlotMoving`. It is steps
-(`layers.plumbing.drive`), so the blocking and the asyncio flavours ride out alike: every script on
+(`layers.plumbing.steps`), so the blocking and the asyncio flavours ride out alike: every script on
 Redis Cluster (`layers.plumbing.scripts`), every MULTI/EXEC (`run_transaction`,
 `layers.plumbing.steps`), and any call through `ride_out` / `ride_out_async`. Each call sent again is counted in
 ``partarchive_slot_move_retries_total{namespace,call}`` (created on the first, so importing registers
@@ -57,7 +57,7 @@ from redis.exceptions import AskError, ClusterError, SlotNotCoveredError, TryAga
 
 from layers.errors import SlotMoving
 from layers.keys import KeySchema
-from layers.plumbing.drive import Call, Steps, Wait, adrive, aperform, drive, perform
+from layers.plumbing.steps import Call, Steps, Wait, adrive, aperform, drive, perform
 
 T = TypeVar("T")
 

@@ -4,7 +4,7 @@ client, ``await AsyncScripts.of(client)(name, keys, args)`` on a `redis.asyncio`
 What is sent is `layers.plumbing.lua_sources`' (a script with its helpers, the worker's library).
 How it is run is written once, in `ScriptCore`: it holds what a client's runs have learnt (does
 the server have Redis Functions, which scripts run as scripts because it refused the library,
-each script's SHA1) and gives the steps (`layers.plumbing.drive`) of a run: FCALL of the worker's
+each script's SHA1) and gives the steps (`layers.plumbing.steps`) of a run: FCALL of the worker's
 library, or EVALSHA; the library or the script loaded where the server lacks it; a script whose
 node never saw it sent whole (EVAL) on Redis Cluster; every run on Redis Cluster sent again while
 its slot moves (`layers.plumbing.resharding.riding_out`); and an error Redis answers with
@@ -36,7 +36,6 @@ import redis.asyncio
 from redis.exceptions import NoScriptError, ResponseError
 from redis.utils import HIREDIS_AVAILABLE
 
-from layers.plumbing.drive import Send, Steps, adrive, aperform, drive, perform
 from layers.plumbing.lua_sources import (
     LIBRARY_PREFIX,
     LIBRARY_SCRIPTS,
@@ -58,6 +57,7 @@ from layers.plumbing.lua_sources import (
 from layers.plumbing.replies import as_text
 from layers.plumbing.resharding import follow_ask_to_new_masters, riding_out
 from layers.plumbing.roundtrip import Part, RoundTrip
+from layers.plumbing.steps import Send, Steps, adrive, aperform, drive, perform
 
 if HIREDIS_AVAILABLE:
     import hiredis
