@@ -10,7 +10,7 @@ class PartitionNotFound(PartArchiveError, LookupError):
 
 
 class NotOwner(PartArchiveError):
-    """The partition is held by another worker."""
+    """The partition is claimed by another worker."""
 
 
 class InvalidTransition(PartArchiveError):

@@ -74,7 +74,8 @@ class IndexCheck:
         """Start a walk from the first range; one already under way goes on."""
         self.redis.hsetnx(self.key, "started_at", f"{time.time():.3f}")
 
-    def pending(self) -> bool:
+    def under_way(self) -> bool:
+        """A walk has been requested and has not reached the last range."""
         return bool(self.redis.exists(self.key))
 
     def step(self, max_ranges: int) -> int:

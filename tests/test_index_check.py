@@ -48,7 +48,7 @@ def test_the_check_walks_a_few_ranges_a_step_and_resumes_elsewhere(
     real_redis.hincrby(keys.stats_range(7), "count", 1)  # a rollup that disagrees with the index
     _lose_the_group(real_redis, daemon)
     walk = daemon.index_check
-    assert walk.pending()
+    assert walk.under_way()
     assert walk.step(3) == 3  # ranges 0..2 only
     assert real_redis.hget(keys.stats_index_check, "cursor") == b"3"
     walk.request()  # asked again meanwhile: the walk under way goes on
@@ -58,7 +58,7 @@ def test_the_check_walks_a_few_ranges_a_step_and_resumes_elsewhere(
     assert other.step(10) == 10 and other.step(10) == 8  # ranges 3..12, then 13..20 (pid 2000)
     assert "index_check_at" not in _meta(real_redis, daemon)
     assert other.step(10) == 1  # the totals, then the report
-    assert not other.pending() and other.step(10) == 0
+    assert not other.under_way() and other.step(10) == 0
     meta = _meta(real_redis, daemon)
     assert meta["index_check_ok"] == "0" and meta["index_check_differences"] == "1"
     (example,) = orjson.loads(meta["index_check_examples"])
@@ -73,7 +73,7 @@ def test_the_daemon_finishes_the_check_in_its_maintenance_and_reports_it(
     drain(daemon)  # rounds with maintenance under the lock: the walk runs paced, to its end
     meta = _meta(real_redis, daemon)
     assert meta["index_check_ok"] == "1" and meta["index_check_differences"] == "0"
-    assert not daemon.index_check.pending()
+    assert not daemon.index_check.under_way()
 
 
 def test_a_global_total_that_disagrees_with_the_index_fails_the_check(

@@ -105,7 +105,7 @@ def test_a_critical_backlog_is_stored_unsealed_then_sealed_once(server_redis: re
             daemon.run_once()
         assert daemon.backlog.skipping
         assert sum(archive.sealing.seals.values()) == sealed_before  # nothing sealed while critical: no competition
-        assert migrate_step(archive, hold_seals=True) == 0
+        assert migrate_step(archive, defer_seals=True) == 0
         unsealed = {int(b) for b in server_redis.zrange(keys.unsealed, 0, -1)}
         assert len(unsealed) >= 10 and server_redis.hlen(keys.completed) >= 1000
         report = collect_status(server_redis, config)["pressure"]

@@ -378,7 +378,7 @@ class ArchiverDaemon:
         ranges = batches * self.config.batch_size // self.config.stats_range_width
         defer_seals = self.backlog.skipping
         return (
-            migrate_step(self.archive, max_batches=batches, hold_seals=defer_seals)
+            migrate_step(self.archive, max_batches=batches, defer_seals=defer_seals)
             or self.compactor.step()
             or self.index_check.step(ranges)
         )

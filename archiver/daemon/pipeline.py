@@ -147,12 +147,12 @@ class PageWrites:
 
     def build(self) -> Built:
         """Take everything buffered and build its commit (given back to the buffer on failure)."""
-        pending = self.buffer.take()
+        uncommitted = self.buffer.take()
         try:
             self.buffer.committer.check_statistics()
-            return pending, self.buffer.committer.call(pending)
+            return uncommitted, self.buffer.committer.call(uncommitted)
         except BaseException:
-            self.buffer.restore(pending)
+            self.buffer.restore(uncommitted)
             raise
 
     def keep(self, built: Built, stage: CommitStage) -> None:

@@ -178,7 +178,7 @@ class ActiveCore:
     # worker side
 
     def _claim(self, worker_id: str) -> Steps[PartitionInfo | None]:
-        """Take the lowest pending partition, or one whose holder stopped heartbeating.
+        """Take the lowest pending partition, or one whose worker stopped heartbeating.
 
         Stale leases are looked for on the first claim and then at most every `STALE_LOOK_S`
         (a tenth of the lease timeout when that is shorter), and whenever nothing is pending: a
@@ -431,7 +431,7 @@ class ActiveCore:
         yield from self._finish("", 0, worker_id, claim=False)
 
     def _claim_and_start(self, worker_id: str) -> Steps[PartitionInfo | None]:
-        """Take the lowest pending partition (or one whose holder stopped heartbeating) and start it:
+        """Take the lowest pending partition (or one whose worker stopped heartbeating) and start it:
         `claim` and `start` in one call; None when nothing is pending."""
         while True:
             got = yield from self._finish("", 0, worker_id, claim=True)
@@ -692,7 +692,7 @@ def _raise_for(reply: list[Any], pid: int, op: str) -> None:
     if code == "not_found":
         raise PartitionNotFound(f"partition {pid} is not active")
     if code == "not_owner":
-        raise NotOwner(f"partition {pid} is held by another worker")
+        raise NotOwner(f"partition {pid} is claimed by another worker")
     if code == "version":
         raise VersionConflict(f"partition {pid} is at version {detail}")
     raise InvalidTransition(f"cannot {op} partition {pid}: it is {detail}")

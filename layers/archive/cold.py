@@ -111,7 +111,7 @@ class _Batch:
 
 
 class ColdTier:
-    """One namespace's cold tier, written by the holder of the maintenance lock (`step`)."""
+    """One namespace's cold tier, written by the archiver that has taken the maintenance lock (`step`)."""
 
     def __init__(
         self,

@@ -136,12 +136,12 @@ class Committer:
         self.commits = 0
         self.round_trips = 0
 
-    def call(self, pending: Uncommitted, already: set[int] | frozenset[int] = frozenset()) -> CommitCall:
-        """The call that commits ``pending``, each pid counted once and none of ``already``."""
-        counted, ack_only = _split(pending, already)
+    def call(self, uncommitted: Uncommitted, already: set[int] | frozenset[int] = frozenset()) -> CommitCall:
+        """The call that commits ``uncommitted``, each pid counted once and none of ``already``."""
+        counted, ack_only = _split(uncommitted, already)
         workers, generation = self.archive.workers.numbering(set(counted.cols.workers))
         stats_keys, segments = self.statistics.segments(counted.cols, workers, int(self._clock()), self.FIXED_KEYS + 1)
-        return self._call(counted, ack_only, pending.detail, generation, stats_keys, segments)
+        return self._call(counted, ack_only, uncommitted.detail, generation, stats_keys, segments)
 
     def _call(
         self,
@@ -191,14 +191,14 @@ class Committer:
         refused = script_error(reply, meta_key=k.archive_meta, unchanged="nothing was committed")
         raise RuntimeError(f"commit refused: {refused}")
 
-    def commit(self, pending: Uncommitted, already: set[int] | None = None) -> CommitResult:
+    def commit(self, uncommitted: Uncommitted, already: set[int] | None = None) -> CommitResult:
         """Run the commit, again without the partitions found counted already (one round trip;
         two if one of them was), or after reloading a registry that changed meanwhile."""
         self.check_statistics()
         found = set(already or ())
         for _ in range(_RETRIES):
             try:
-                result = self.result(self._run(self.call(pending, found)))
+                result = self.result(self._run(self.call(uncommitted, found)))
             except StaleWorkerNumbers:
                 self.archive.workers.reload()
                 continue
@@ -248,23 +248,23 @@ def index_bits(pids: Sequence[int]) -> tuple[str, int | str, bytes]:
     return "bytes", first, bits_as_bytes(pids, first, last)
 
 
-def _split(pending: Uncommitted, already: set[int] | frozenset[int]) -> tuple[Uncommitted, list[str]]:
+def _split(uncommitted: Uncommitted, already: set[int] | frozenset[int]) -> tuple[Uncommitted, list[str]]:
     """The entries to count (each pid once, none of ``already``) and the ids only to acknowledge."""
-    pids = pending.cols.pids
+    pids = uncommitted.cols.pids
     if not already and len(set(pids)) == len(pids):
-        return pending, []  # the usual case: every pid new and once
+        return uncommitted, []  # the usual case: every pid new and once
     keep: list[bool] = []
     ack_only: list[str] = []
     seen: set[int] = set()
-    for entry_id, pid in zip(pending.entry_ids, pids, strict=True):
+    for entry_id, pid in zip(uncommitted.entry_ids, pids, strict=True):
         fresh = pid not in seen and pid not in already
         keep.append(fresh)
         if fresh:
             seen.add(pid)
         else:
             ack_only.append(entry_id)
-    counted_ids = [entry_id for entry_id, k in zip(pending.entry_ids, keep, strict=True) if k]
-    return Uncommitted(counted_ids, pending.cols.select(keep), pending.detail, pending.newest), ack_only
+    counted_ids = [entry_id for entry_id, k in zip(uncommitted.entry_ids, keep, strict=True) if k]
+    return Uncommitted(counted_ids, uncommitted.cols.select(keep), uncommitted.detail, uncommitted.newest), ack_only
 
 
 class CommitBuffer:
@@ -315,8 +315,8 @@ class CommitBuffer:
 
     def add(self, entries: Sequence[tuple[str, ArchivedPartition]]) -> list[CommitResult]:
         """Buffer entries whose detail is written; commit everything waiting once a commit is due."""
-        pending = Uncommitted.of(entries)
-        self.add_page(pending.entry_ids, pending.cols, newest=pending.newest)
+        uncommitted = Uncommitted.of(entries)
+        self.add_page(uncommitted.entry_ids, uncommitted.cols, newest=uncommitted.newest)
         return [self.flush()] if len(self._waiting) >= self.flush_count else []
 
     def due(self) -> bool:
@@ -329,10 +329,10 @@ class CommitBuffer:
         taken, self._waiting = self._waiting, Uncommitted([], Columns())
         return taken
 
-    def restore(self, pending: Uncommitted) -> None:
+    def restore(self, uncommitted: Uncommitted) -> None:
         """Entries a commit did not take back in front (nothing of them was acknowledged)."""
         rest = self._waiting
-        self._waiting = pending
+        self._waiting = uncommitted
         self.add_page(rest.entry_ids, rest.cols, rest.detail)
         self._waiting.note_newest(rest.newest)
         self._since = self._clock() - self.flush_interval_s if len(self._waiting) else 0.0
@@ -353,10 +353,10 @@ class CommitBuffer:
     def flush(self) -> CommitResult:
         """Commit everything waiting (one round trip; two if some was archived already). On
         failure it stays buffered, unacknowledged."""
-        pending = self.take()
+        uncommitted = self.take()
         try:
-            return self.committer.commit(pending)
+            return self.committer.commit(uncommitted)
         except BaseException:
-            self.restore(pending)
+            self.restore(uncommitted)
             raise
 

@@ -61,17 +61,17 @@ class TransitionState:
 
 
 def migrate_step(
-    archive: ArchiveLayer, max_batches: int | None = None, now: float | None = None, *, hold_seals: bool = False
+    archive: ArchiveLayer, max_batches: int | None = None, now: float | None = None, *, defer_seals: bool = False
 ) -> int:
     """Do one bounded step of whatever is due; returns the items it handled (0 = nothing to do).
 
-    ``hold_seals``: compression is skipped (a critical backlog, `layers.control.pressure`): nothing is
+    ``defer_seals``: compression is skipped (a critical backlog, `layers.control.pressure`): nothing is
     sealed or moved, so maintenance does not compete with the drain; only the expiry sweep runs,
     since it frees memory."""
     tier = archive.tier()
     if tier is Tier.SIMPLE:
         return 0
-    if hold_seals:
+    if defer_seals:
         return sweep_expired(archive, now=now) if tier is Tier.SUMMARY else 0
     moved = seal_unsealed_step(archive, tier, max_batches) or move_simple_step(archive, tier, max_batches)
     moved = moved or shelve_step(archive)

@@ -60,7 +60,7 @@ class SyncIO:
                 args, options = step.calls[0]
                 return self.client.execute_command(*args, **options)
             if step.transaction and self._cluster:
-                # refused while its slot moves
+                # refused while its hash slot moves
                 return ride_out(lambda: self._batch(step), "transaction", keys=_keys(step))
             return self._batch(step)
         return perform(self.client, step)

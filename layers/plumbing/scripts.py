@@ -7,7 +7,7 @@ the server have Redis Functions, which scripts run as scripts because it refused
 each script's SHA1) and gives the steps (`layers.plumbing.steps`) of a run: FCALL of the worker's
 library, or EVALSHA; the library or the script loaded where the server lacks it; a script whose
 node never saw it sent whole (EVAL) on Redis Cluster; every run on Redis Cluster sent again while
-its slot moves (`layers.plumbing.resharding.riding_out`); and an error Redis answers with
+its hash slot moves (`layers.plumbing.resharding.riding_out`); and an error Redis answers with
 ``user_script:N`` named by the file and line of the script's own source (`located`). `Scripts`
 drives those steps blocking, `AsyncScripts` awaits them: the two differ in nothing else. Here too,
 on a blocking client: several scripts in one round trip (`Scripts.run_many`, `Scripts.add_calls`),

@@ -11,7 +11,7 @@
 -- Returns {'ok', renewed pids, {pid, why, ...} of the leases found lost, partitions sent back,
 -- the next retry's time (unix ms) or ''} | {'upgrade', pid} (a record in no layout of
 -- `_layout.lua`: upgrade.lua, then again) | {'err', code, detail}. A lease is lost when its
--- partition is gone ('not_found'), held by another worker ('not_owner') or in another status
+-- partition is gone ('not_found'), claimed by another worker ('not_owner') or in another status
 -- ('bad_state'); it is left as it is. Everything is read and checked before the first write.
 -- include: _checks.lua, _heartbeat.lua, _retry.lua, _gostats.lua
 local bad_type = wrong_type({KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, {'hash', 'zset', 'zset', 'zset', 'zset'})
