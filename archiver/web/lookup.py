@@ -26,7 +26,7 @@ from starlette.types import Receive, Scope, Send
 from archiver.output import json_bytes
 from archiver.router import Answer, AsyncQueryRouter
 from archiver.web.errors import ErrorResponses
-from layers import MAX_PARTITION_ID
+from codec import ValidationError
 
 _LOOKUP = re.compile(r"/partitions/([0-9]{1,10})")
 _JSON = (b"content-type", b"application/json")
@@ -34,8 +34,11 @@ _JSON = (b"content-type", b"application/json")
 
 async def lookup_body(routers: LoopRouters, pid: int) -> tuple[int, bytes]:
     """Status and JSON body of the lookup of ``pid`` (404 when not found). An id no partition can
-    have (0, past `MAX_PARTITION_ID`) is not found without asking the router, which refuses it."""
-    answer = await routers().get(pid) if 1 <= pid <= MAX_PARTITION_ID else Answer.not_found(pid)
+    have (0, past `layers.MAX_PARTITION_ID`) is not found: the router refuses it, the one place that checks."""
+    try:
+        answer = await routers().get(pid)
+    except ValidationError:
+        answer = Answer.not_found(pid)
     return (200 if answer.found else 404), json_bytes(answer.to_dict())
 
 
