@@ -459,7 +459,7 @@ def _packed(conn: Any, command: Send) -> Any:
 
 class KeptConnection:
     """A connection taken from a blocking client's pool and kept, for one thread's long run of script
-    calls (a worker runtime's slot, `layers.plumbing.steps.SyncLane`): what redis-py spends on a
+    calls (a worker runtime's slot, `layers.plumbing.runners.SyncLane`): what redis-py spends on a
     command's way through its client (the pool's lock and bookkeeping, its retry wrapper, its
     observability records: about a third of a short script's round trip) is paid once. A command cut
     short (reset, timed out) is not sent again here: redis-py closes the connection (it opens again
@@ -496,7 +496,7 @@ REPLIES_A_DEADLINE = 64
 
 
 class AsyncKeptConnection:
-    """`KeptConnection` on asyncio, shared by the tasks of one loop (`layers.plumbing.steps.AsyncLane`:
+    """`KeptConnection` on asyncio, shared by the tasks of one loop (`layers.plumbing.runners.AsyncLane`:
     a worker runtime's slots), its calls pipelined: a call waits unsent, what waits is written at once
     when the loop next turns, and the replies are read in their order by a reader of their
     own, while later calls are written (as ioredis's auto-pipelining does). So N tasks that call
